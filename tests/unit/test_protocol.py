@@ -1,0 +1,82 @@
+"""Every wire message round-trips, and bad payloads become ProtocolError."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from shared import protocol as p
+
+SAMPLING = p.SamplingParams(
+    temperature=0.0, top_p=0.9, top_k=5, min_p=0.1, seed=7, max_tokens=12, stop=["\n", "END"],
+    presence_penalty=0.5, frequency_penalty=-0.5, repeat_penalty=1.1, repeat_last_n=32,
+    logit_bias=[(42, -100.0), (7, 2.5)],
+)
+
+MESSAGES: list[p.Message] = [
+    p.Ready(worker_id="w0-1", pid=1, model="m", n_ctx=4096),
+    p.Heartbeat(),
+    p.Disconnect(),
+    p.Generate(request_id="r1", sampling=SAMPLING, deadline=1.5, prompt="hi"),
+    p.Generate(
+        request_id="r2", sampling=p.SamplingParams(), deadline=2.0,
+        messages=[p.ChatMessage("system", "be brief"), p.ChatMessage("user", "hi", name="ann")],
+    ),
+    p.Delta(request_id="r1", text="héllo 🎉", tokens=2),
+    p.Done(request_id="r1", finish_reason=p.FinishReason.LENGTH, prompt_tokens=3, completion_tokens=4,
+           cached_tokens=1, prompt_ms=1.25, generation_ms=9.5),
+    p.Error(request_id="r1", code=p.ErrorCode.CONTEXT_LENGTH_EXCEEDED, message="too long", param="messages"),
+    p.Cancel(request_id="r1"),
+    p.StatusQuery(),
+    p.Status(workers=2, idle_workers=1, queued=0, running=1),
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_round_trip(message: p.Message) -> None:
+    assert p.decode(p.encode(message)) == message
+
+
+def test_every_kind_has_a_round_trip_case() -> None:
+    assert {m.KIND for m in MESSAGES} == set(p.Kind)
+
+
+def _payload(version: object, kind: object, body: object) -> bytes:
+    packed: bytes = msgpack.packb([version, kind, body])
+    return packed
+
+
+@pytest.mark.parametrize(
+    ("payload", "fragment"),
+    [
+        (b"\xc1", "not msgpack"),
+        (msgpack.packb({"a": 1}), "array"),
+        (_payload(99, int(p.Kind.CANCEL), {"request_id": "x"}), "version"),
+        (_payload(p.PROTOCOL_VERSION, 200, {}), "unknown message kind"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), {}), "missing field 'request_id'"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), {"request_id": 5}), "expected str"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), {"request_id": "x", "evil": 1}), "unknown fields"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), ["x"]), "expected a map"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.DELTA), {"request_id": "x", "text": "t", "tokens": True}),
+         "expected int"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.ERROR), {"request_id": "x", "code": "nope", "message": ""}),
+         "not a ErrorCode"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.GENERATE),
+                  {"request_id": "x", "deadline": 1.0, "sampling": {"logit_bias": [[1]]}}),
+         "2-item array"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.GENERATE),
+                  {"request_id": "x", "deadline": "soon", "sampling": {}}), "expected a number"),
+    ],
+)
+def test_bad_payloads_are_protocol_errors(payload: bytes, fragment: str) -> None:
+    with pytest.raises(p.ProtocolError, match=fragment):
+        p.decode(payload)
+
+
+def test_int_is_accepted_where_a_float_is_expected() -> None:
+    payload = _payload(p.PROTOCOL_VERSION, int(p.Kind.GENERATE),
+                       {"request_id": "x", "deadline": 3, "sampling": {"temperature": 0}})
+    message = p.decode(payload)
+    assert isinstance(message, p.Generate)
+    assert message.deadline == 3.0 and isinstance(message.deadline, float)
+    assert message.sampling.temperature == 0.0
