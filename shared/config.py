@@ -244,15 +244,15 @@ def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] 
     for name, value in environ.items():
         if not name.startswith(ENV_PREFIX) or name == CONFIG_PATH_ENV:
             continue
-        section, key = _env_target(name)
-        if section is None:
+        env_section, env_key = _env_target(name)
+        if env_section is None:
             continue
-        if key is None:
+        if env_key is None:
             raise ConfigError(
-                f"unknown environment variable {name}: [{section}] has no such key; "
-                f"known keys: {', '.join(SCHEMA[section])}"
+                f"unknown environment variable {name}: [{env_section}] has no such key; "
+                f"known keys: {', '.join(SCHEMA[env_section])}"
             )
-        raw[section][key] = (value, f"environment variable {name}")
+        raw[env_section][env_key] = (value, f"environment variable {name}")
 
     sections: dict[str, Any] = {}
     for section, keys in SCHEMA.items():

@@ -272,7 +272,7 @@ def _from_wire(tp: Any, value: Any, where: str) -> Any:
             return tp(value)
         except ValueError as err:
             raise ProtocolError(f"{where}: {value!r} is not a {tp.__name__}") from err
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass_from_wire(tp, value, where)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

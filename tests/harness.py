@@ -87,7 +87,9 @@ class Server:
         try:
             conn.request(method, path, body=body, headers=headers or {})
             response = conn.getresponse()
-            return response.status, dict(response.getheaders()), response.read()
+            # Header names are case-insensitive; the tests look them up in title case.
+            headers = {name.title(): value for name, value in response.getheaders()}
+            return response.status, headers, response.read()
         finally:
             conn.close()
 
@@ -158,7 +160,7 @@ def start_server(tmp: Path, workers: int = 2, **overrides: str) -> Server:
     log_path = tmp / "serve.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor.cli", "serve"],
+            [sys.executable, "-m", "supervisor", "serve"],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
     server = Server(proc=proc, port=port, log_path=log_path)

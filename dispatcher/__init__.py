@@ -1,0 +1,1 @@
+"""The dispatcher: a ZeroMQ load-balancing broker between gateways and workers."""

@@ -1,0 +1,321 @@
+"""Decide who gets which request: the dispatcher's whole state, with no sockets in it.
+
+Each event (a message from a worker, a message from a client, the passing of
+time) is a method call that takes the current time and returns the sends it
+causes as a list of :class:`Send`; the broker performs them, tests read them.
+
+The rules, as in the ZeroMQ guide's load-balancing broker with paranoid-pirate
+heartbeats:
+
+- A worker is registered by Ready and starts idle. A Generate goes to the
+  worker that has been idle longest; with none idle it waits in a bounded FIFO
+  queue (full: OVERLOADED at once); with no worker attached at all it fails
+  with NO_WORKERS at once.
+- Delta is forwarded to the request's client and marks the request started
+  (its output can no longer be replayed). Done and Error are forwarded and free
+  the worker, which takes the next queued request.
+- A worker silent for ``liveness`` heartbeat intervals, or that sends
+  Disconnect, is removed. Its request goes back to the front of the queue if
+  nothing had been forwarded yet and it had not been dispatched
+  ``MAX_DISPATCHES`` times; otherwise the client gets WORKER_LOST.
+- A message from a worker the dispatcher does not know (it restarted) is
+  answered with Disconnect, which makes the worker announce itself again.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import logging
+from typing import Final, NamedTuple
+
+from shared import protocol as p
+
+log = logging.getLogger(__name__)
+
+# A request whose worker died before any output gets one more worker; a prompt
+# that kills every worker it reaches must not go round the pool forever.
+MAX_DISPATCHES: Final = 2
+
+
+class Dest(enum.Enum):
+    """Which socket a send goes out on."""
+
+    CLIENT = "client"  # the frontend: gateways
+    WORKER = "worker"  # the backend: workers
+
+
+class Send(NamedTuple):
+    dest: Dest
+    identity: bytes
+    message: p.Message
+
+
+@dataclasses.dataclass
+class _Worker:
+    identity: bytes
+    name: str  # for logs: "worker_id (pid N)"
+    expiry: float
+    request_id: str | None = None
+
+
+@dataclasses.dataclass
+class _Request:
+    generate: p.Generate
+    client: bytes
+    worker: bytes | None = None  # None while queued
+    started: bool = False  # a Delta reached the client
+    cancelled: bool = False  # the client asked; the worker has been told
+    dispatches: int = 0
+
+    @property
+    def request_id(self) -> str:
+        return self.generate.request_id
+
+
+def _error(client: bytes, request_id: str, code: p.ErrorCode, message: str) -> Send:
+    return Send(Dest.CLIENT, client, p.Error(request_id=request_id, code=code, message=message))
+
+
+class Scheduler:
+    """Track workers, queued and running requests; turn each event into sends."""
+
+    def __init__(
+        self,
+        queue_size: int,
+        now: float,
+        *,
+        interval: float = p.HEARTBEAT_INTERVAL_S,
+        liveness: int = p.HEARTBEAT_LIVENESS,
+    ) -> None:
+        self._queue_size = queue_size
+        self._interval = interval
+        self._ttl = interval * liveness
+        self._workers: dict[bytes, _Worker] = {}
+        self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()  # oldest first
+        self._requests: dict[str, _Request] = {}
+        self._queue: collections.OrderedDict[str, None] = collections.OrderedDict()  # FIFO
+        self._heartbeat_at = now + interval
+
+    @property
+    def next_heartbeat_at(self) -> float:
+        """The time the next round of heartbeats is due."""
+        return self._heartbeat_at
+
+    def status(self) -> p.Status:
+        """Count workers and requests, as a StatusQuery reply."""
+        return p.Status(
+            workers=len(self._workers),
+            idle_workers=len(self._idle),
+            queued=len(self._queue),
+            running=len(self._requests) - len(self._queue),
+        )
+
+    # -- events from workers -------------------------------------------------
+
+    def worker_message(self, identity: bytes, message: p.Message, now: float) -> list[Send]:
+        """Handle one message that arrived on the backend from ``identity``."""
+        if isinstance(message, p.Ready):
+            return self._on_ready(identity, message, now)
+        worker = self._workers.get(identity)
+        if worker is None:
+            return self._on_unknown_worker(identity, message)
+        worker.expiry = now + self._ttl
+        if isinstance(message, p.Heartbeat):
+            return []
+        elif isinstance(message, p.Delta):
+            return self._on_delta(worker, message)
+        elif isinstance(message, (p.Done, p.Error)):
+            return self._on_end(worker, message, now)
+        elif isinstance(message, p.Disconnect):
+            return self._remove_worker(worker, now, "disconnected")
+        else:
+            log.warning("dropped %s from worker %s: workers do not send it", type(message).__name__, worker.name)
+            return []
+
+    def _on_ready(self, identity: bytes, ready: p.Ready, now: float) -> list[Send]:
+        sends: list[Send] = []
+        known = self._workers.get(identity)
+        if known is not None:
+            # The same identity announcing itself again has restarted: whatever
+            # it was running is gone.
+            sends += self._remove_worker(known, now, "announced itself again")
+        worker = _Worker(identity, f"{ready.worker_id} (pid {ready.pid})", now + self._ttl)
+        self._workers[identity] = worker
+        self._idle[identity] = None
+        log.info(
+            "worker %s attached (model %s, n_ctx %d); %d worker(s)",
+            worker.name, ready.model, ready.n_ctx, len(self._workers),
+        )
+        return sends + self._dispatch_queued(now)
+
+    def _on_unknown_worker(self, identity: bytes, message: p.Message) -> list[Send]:
+        if isinstance(message, p.Disconnect):
+            return []  # it is leaving anyway
+        log.info("message from unknown worker %r: asking it to announce itself", identity)
+        sends = []
+        if isinstance(message, p.Delta):
+            # Its request died with the previous dispatcher: stop the work first.
+            sends.append(Send(Dest.WORKER, identity, p.Cancel(request_id=message.request_id)))
+        sends.append(Send(Dest.WORKER, identity, p.Disconnect()))
+        return sends
+
+    def _on_delta(self, worker: _Worker, delta: p.Delta) -> list[Send]:
+        request = self._requests.get(delta.request_id)
+        if request is None or request.worker != worker.identity:
+            log.debug("delta for unknown request %r from %s: cancelling it", delta.request_id, worker.name)
+            return [Send(Dest.WORKER, worker.identity, p.Cancel(request_id=delta.request_id))]
+        request.started = True
+        return [Send(Dest.CLIENT, request.client, delta)]
+
+    def _on_end(self, worker: _Worker, message: p.Done | p.Error, now: float) -> list[Send]:
+        request = self._requests.get(message.request_id)
+        if request is None or request.worker != worker.identity:
+            log.debug("dropped end of unknown request %r from %s", message.request_id, worker.name)
+            return []
+        del self._requests[request.request_id]
+        worker.request_id = None
+        self._idle[worker.identity] = None
+        return [Send(Dest.CLIENT, request.client, message), *self._dispatch_queued(now)]
+
+    # -- events from clients -------------------------------------------------
+
+    def client_message(self, identity: bytes, message: p.Message, now: float) -> list[Send]:
+        """Handle one message that arrived on the frontend from ``identity``."""
+        if isinstance(message, p.Generate):
+            return self._on_generate(identity, message, now)
+        elif isinstance(message, p.Cancel):
+            return self._on_cancel(identity, message)
+        elif isinstance(message, p.StatusQuery):
+            return [Send(Dest.CLIENT, identity, self.status())]
+        elif isinstance(message, p.Heartbeat):
+            return []  # clients need not send them; harmless if they do
+        else:
+            log.warning("dropped %s from client %r: clients do not send it", type(message).__name__, identity)
+            return []
+
+    def _on_generate(self, client: bytes, generate: p.Generate, now: float) -> list[Send]:
+        request_id = generate.request_id
+        if request_id in self._requests:
+            return [_error(client, request_id, p.ErrorCode.INVALID_REQUEST,
+                           f"request id {request_id!r} is already in use")]
+        if not self._workers:
+            return [_error(client, request_id, p.ErrorCode.NO_WORKERS,
+                           "no worker is attached to the dispatcher")]
+        if generate.deadline <= now:
+            return [_error(client, request_id, p.ErrorCode.TIMEOUT,
+                           "the request's deadline passed before it was dispatched")]
+        request = _Request(generate, client)
+        if self._idle:
+            self._requests[request_id] = request
+            return [self._assign(request)]
+        if len(self._queue) >= self._queue_size:
+            return [_error(client, request_id, p.ErrorCode.OVERLOADED,
+                           f"all {len(self._workers)} worker(s) are busy and "
+                           f"the queue ({self._queue_size}) is full")]
+        self._requests[request_id] = request
+        self._queue[request_id] = None
+        return []
+
+    def _on_cancel(self, client: bytes, cancel: p.Cancel) -> list[Send]:
+        request = self._requests.get(cancel.request_id)
+        if request is None or request.client != client:
+            log.debug("cancel for unknown request %r from client %r", cancel.request_id, client)
+            return []
+        if request.worker is None:
+            del self._queue[request.request_id]
+            del self._requests[request.request_id]
+            return [_error(client, request.request_id, p.ErrorCode.CANCELLED, "cancelled while queued")]
+        if request.cancelled:
+            return []
+        # The worker answers with Error CANCELLED (or Done, if it was finishing).
+        request.cancelled = True
+        return [Send(Dest.WORKER, request.worker, cancel)]
+
+    # -- the passing of time -------------------------------------------------
+
+    def tick(self, now: float) -> list[Send]:
+        """Purge what has expired, then send heartbeats if they are due."""
+        return self.purge_expired(now) + self.heartbeats(now)
+
+    def purge_expired(self, now: float) -> list[Send]:
+        """Remove silent workers and fail queued requests whose deadline passed."""
+        sends: list[Send] = []
+        for worker in [w for w in self._workers.values() if w.expiry <= now]:
+            sends += self._remove_worker(worker, now, f"silent for {self._ttl:g} s")
+        for request_id in [r for r in self._queue if self._requests[r].generate.deadline <= now]:
+            del self._queue[request_id]
+            request = self._requests.pop(request_id)
+            sends.append(_error(request.client, request_id, p.ErrorCode.TIMEOUT,
+                                "the request's deadline passed while it was queued"))
+        return sends
+
+    def heartbeats(self, now: float) -> list[Send]:
+        """Heartbeat every worker and every client waiting on a request, once per interval."""
+        # The second test survives the wall clock being set back.
+        if self._heartbeat_at - self._interval <= now < self._heartbeat_at:
+            return []
+        self._heartbeat_at = now + self._interval
+        beat = p.Heartbeat()
+        clients = dict.fromkeys(r.client for r in self._requests.values())
+        return [Send(Dest.WORKER, w, beat) for w in self._workers] + [
+            Send(Dest.CLIENT, c, beat) for c in clients
+        ]
+
+    def shutdown(self) -> list[Send]:
+        """Fail every queued and running request with SHUTTING_DOWN; forget everything."""
+        sends = []
+        for request in self._requests.values():
+            if request.worker is not None:
+                sends.append(Send(Dest.WORKER, request.worker, p.Cancel(request_id=request.request_id)))
+            sends.append(_error(request.client, request.request_id, p.ErrorCode.SHUTTING_DOWN,
+                                "the dispatcher is shutting down"))
+        self._requests.clear()
+        self._queue.clear()
+        self._idle.clear()
+        self._workers.clear()
+        return sends
+
+    # -- helpers -------------------------------------------------------------
+
+    def _assign(self, request: _Request) -> Send:
+        identity, _ = self._idle.popitem(last=False)
+        self._workers[identity].request_id = request.request_id
+        request.worker = identity
+        request.dispatches += 1
+        return Send(Dest.WORKER, identity, request.generate)
+
+    def _dispatch_queued(self, now: float) -> list[Send]:
+        sends = []
+        while self._idle and self._queue:
+            request_id, _ = self._queue.popitem(last=False)
+            request = self._requests[request_id]
+            if request.generate.deadline <= now:
+                del self._requests[request_id]
+                sends.append(_error(request.client, request_id, p.ErrorCode.TIMEOUT,
+                                    "the request's deadline passed while it was queued"))
+                continue
+            sends.append(self._assign(request))
+        return sends
+
+    def _remove_worker(self, worker: _Worker, now: float, reason: str) -> list[Send]:
+        del self._workers[worker.identity]
+        self._idle.pop(worker.identity, None)
+        log.info("worker %s lost (%s); %d worker(s) left", worker.name, reason, len(self._workers))
+        if worker.request_id is None:
+            return []
+        request = self._requests[worker.request_id]
+        request.worker = None
+        if request.cancelled:
+            del self._requests[request.request_id]
+            return [_error(request.client, request.request_id, p.ErrorCode.CANCELLED,
+                           "cancelled; its worker was lost")]
+        if request.started or request.dispatches >= MAX_DISPATCHES:
+            del self._requests[request.request_id]
+            return [_error(request.client, request.request_id, p.ErrorCode.WORKER_LOST,
+                           f"the worker serving this request was lost ({reason})")]
+        log.info("request %s goes back to the front of the queue", request.request_id)
+        self._queue[request.request_id] = None
+        self._queue.move_to_end(request.request_id, last=False)
+        return self._dispatch_queued(now)

@@ -1,0 +1,1 @@
+"""The HTTP gateway: the OpenAI API under gunicorn, forwarding generation to the dispatcher."""

@@ -1,0 +1,121 @@
+"""Run the gateway: gunicorn in-process (gthread workers) serving :func:`gateway.app.create_app`.
+
+The gunicorn master binds ``server.host:server.port`` and forks
+``server.gateway_processes`` workers of ``server.gateway_threads`` threads each.
+Each worker builds its own app (and so its own ZeroMQ context) after the fork.
+SIGTERM/SIGINT are gunicorn's: stop accepting, finish the requests in flight
+(at most ``GRACEFUL_TIMEOUT_S``), exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any, Final
+
+import falcon
+from gunicorn import glogging
+from gunicorn.app.base import BaseApplication
+
+from gateway.app import create_app
+from gateway.client import Dispatcher
+from shared import logs
+from shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
+from shared.lifecycle import EXIT_BOOT_FAILURE
+
+log = logging.getLogger("gateway")
+
+GRACEFUL_TIMEOUT_S: Final = 10
+# gunicorn's own exit codes that mean "could not start": 1 when it cannot bind or its
+# configuration is refused, 3 when a worker fails to boot, 4 when the app fails to load.
+_GUNICORN_BOOT_FAILURES: Final = frozenset({1, 3, 4})
+
+
+class _Logger(glogging.Logger):  # type: ignore[misc]
+    """Send gunicorn's messages through the root logger, so they share reame's format."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for handler in list(self.error_log.handlers):
+            self.error_log.removeHandler(handler)
+        self.error_log.propagate = True
+
+
+class GatewayApplication(BaseApplication):  # type: ignore[misc]
+    """gunicorn configured from reame's Config rather than from its own command line."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.dispatcher: Dispatcher | None = None
+        super().__init__()
+
+    def load_config(self) -> None:
+        server = self.config.server
+        host = f"[{server.host}]" if ":" in server.host else server.host
+        settings: dict[str, Any] = {
+            "bind": [f"{host}:{server.port}"],
+            "workers": server.gateway_processes,
+            "threads": server.gateway_threads,
+            "worker_class": "gthread",
+            "accesslog": None,  # the app writes one line per request itself
+            "errorlog": "-",
+            "loglevel": self.config.logging.level,
+            "logger_class": _Logger,
+            "graceful_timeout": GRACEFUL_TIMEOUT_S,
+            "proc_name": "reame-gateway",
+            "control_socket_disable": True,  # one shared default path; two gateways would clash
+            "worker_exit": self._worker_exit,
+        }
+        for key, value in settings.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> falcon.App[falcon.Request, falcon.Response]:
+        # Runs in each worker after the fork: a ZeroMQ context must not cross a fork.
+        self.dispatcher = Dispatcher(self.config.frontend_address)
+        return create_app(self.config, self.dispatcher)
+
+    def _worker_exit(self, server: Any, worker: Any) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+
+
+def check_bind(host: str, port: int) -> None:
+    """Raise OSError if ``host:port`` cannot be listened on (gunicorn would retry for 5 s)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+        probe.bind(address)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the gateway until SIGTERM/SIGINT; return the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway", description="Run reame's OpenAI-compatible HTTP gateway."
+    )
+    parser.add_argument("--config", metavar="FILE", help="reame config file (default: built-in defaults)")
+    args = parser.parse_args(argv)
+    try:
+        config = load(args.config)
+    except ConfigError as err:
+        logs.setup("gateway", "info")
+        log.error("cannot start: %s", err)
+        return EXIT_BOOT_FAILURE
+    logs.setup("gateway", config.logging.level)
+    if args.config is not None:
+        os.environ[CONFIG_PATH_ENV] = os.path.abspath(args.config)  # for anything the workers start
+    try:
+        check_bind(config.server.host, config.server.port)
+    except OSError as err:
+        log.error("cannot listen on %s:%d: %s", config.server.host, config.server.port, err.strerror or err)
+        return EXIT_BOOT_FAILURE
+    try:
+        GatewayApplication(config).run()
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        return EXIT_BOOT_FAILURE if code in _GUNICORN_BOOT_FAILURES else code
+    return 0

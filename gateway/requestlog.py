@@ -1,0 +1,90 @@
+"""The one log line per request (gunicorn's access log is off).
+
+A :class:`RequestLog` rides on ``req.context.log`` while the request runs and
+collects the response id, token counts and the time to the first token. The
+middleware writes it once the response is complete; for a streamed response the
+stream writes it when it ends, since Falcon is done long before the last chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final
+
+import falcon
+
+from gateway.errors import APIError
+from gateway.responses import Usage
+from shared.protocol import Delta, Done
+
+log = logging.getLogger("gateway.requests")
+
+# Probes that an orchestrator polls every few seconds; logged at debug level only.
+PROBE_PATHS: Final = frozenset({"/health", "/ready"})
+
+
+class RequestLog:
+    """Facts about one request, written as a single line by :meth:`emit`."""
+
+    def __init__(self, method: str, path: str) -> None:
+        self.method = method
+        self.path = path
+        self.request_id = "-"
+        self.deferred = False  # a stream will emit the line when it ends
+        self.usage = Usage()
+        self.error: str | None = None
+        self._start = time.monotonic()
+        self._first_token: float | None = None
+        self._emitted = False
+
+    def observe(self, message: Delta | Done) -> None:
+        """Account for a message of the generation."""
+        if isinstance(message, Delta):
+            if self._first_token is None and (message.tokens or message.text):
+                self._first_token = time.monotonic()
+        else:
+            self.usage += Usage.from_done(message)
+
+    def fail(self, error: APIError) -> None:
+        """Record the error a stream ended with (the status line already said 200)."""
+        self.error = error.code or error.type
+
+    def emit(self, status: int) -> None:
+        """Write the line, once."""
+        if self._emitted:
+            return
+        self._emitted = True
+        now = time.monotonic()
+        ttft = "-" if self._first_token is None else f"{self._first_token - self._start:.3f}s"
+        level = logging.DEBUG if self.path in PROBE_PATHS else logging.INFO
+        log.log(
+            level,
+            "%s %s %s %d prompt_tokens=%d completion_tokens=%d ttft=%s total=%.3fs%s",
+            self.request_id, self.method, self.path, status,
+            self.usage.prompt_tokens, self.usage.completion_tokens, ttft, now - self._start,
+            f" error={self.error}" if self.error else "",
+        )
+
+
+def request_log(req: falcon.Request) -> RequestLog:
+    """Return the request's log record (a detached one if the middleware did not run)."""
+    record = req.context.get("log")
+    if not isinstance(record, RequestLog):
+        record = RequestLog(req.method, req.path)
+        req.context.log = record
+    return record
+
+
+class LogMiddleware:
+    """Start a RequestLog for every request and write it when the response is complete."""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        req.context.log = RequestLog(req.method, req.path)
+
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool
+    ) -> None:
+        record = request_log(req)
+        if not record.deferred:
+            record.emit(resp.status_code)

@@ -1,0 +1,232 @@
+"""The Falcon resources: the OpenAI endpoints, plus /health and /ready."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, Final, NoReturn
+
+import falcon
+
+from gateway import errors, responses, sse, validation
+from gateway.client import Call, Dispatcher
+from gateway.errors import APIError, dispatcher_unavailable, invalid
+from gateway.requestlog import request_log
+from gateway.responses import Choice, Usage
+from gateway.streams import ChatStream, CompletionStream, Meta, SSEStream, collect, next_message
+from shared import protocol
+from shared.config import Config
+from shared.protocol import ChatMessage, SamplingParams
+
+JSON_TYPE: Final = "application/json"
+READY_TIMEOUT_S: Final = 1.0
+
+
+class Settings:
+    """What the resources need from the configuration, read once."""
+
+    def __init__(self, config: Config, model: str) -> None:
+        self.model = model
+        self.max_body_bytes = config.server.max_body_bytes
+        self.request_timeout = config.server.request_timeout
+        self.sampling = config.sampling
+        self.created = int(time.time())  # the model's "created": when this gateway started
+
+
+def read_json(req: falcon.Request, max_bytes: int) -> object:
+    """Read and decode the JSON body, never more than ``max_bytes`` of it."""
+    length = req.content_length  # a malformed header is Falcon's 400
+    if length is not None and length > max_bytes:
+        _too_large(max_bytes)
+    if length is not None:
+        data = req.bounded_stream.read(max_bytes + 1)
+    elif "chunked" in (req.get_header("Transfer-Encoding") or "").lower():
+        data = req.stream.read(max_bytes + 1)  # the server de-chunks and ends the stream
+    else:
+        data = b""
+    if len(data) > max_bytes:
+        _too_large(max_bytes)
+    if not data.strip():
+        raise invalid(None, "the request body is empty; send a JSON object", "invalid_json")
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as err:
+        raise invalid(None, f"the request body is not valid JSON: {err}", "invalid_json") from None
+
+
+def _too_large(max_bytes: int) -> NoReturn:
+    raise APIError(413, f"the request body is larger than {max_bytes} bytes", code="request_too_large")
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def disconnect_probe(environ: dict[str, Any]) -> Callable[[], bool] | None:
+    """Return a check that the HTTP client closed its connection, if the server exposes it.
+
+    gunicorn puts the client socket in the environ; peeking at it without blocking
+    reads b"" once the client has closed (a pipelined next request reads as data,
+    so it is not mistaken for a hang-up). TLS sockets refuse recv flags: no probe.
+    """
+    peer = environ.get("gunicorn.socket")
+    if type(peer) is not socket.socket:
+        return None
+
+    def gone() -> bool:
+        try:
+            return peer.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
+    return gone
+
+
+def send_json(resp: falcon.Response, payload: object, status: int = 200) -> None:
+    """Answer with ``payload`` as a JSON body."""
+    resp.status = status
+    resp.content_type = JSON_TYPE
+    resp.data = responses.dumps(payload)
+
+
+def start_stream(req: falcon.Request, resp: falcon.Response, stream: SSEStream) -> None:
+    """Answer 200 with ``stream`` as the body; the stream writes the request's log line."""
+    resp.content_type = sse.CONTENT_TYPE
+    resp.set_header("Cache-Control", "no-cache")
+    resp.set_header("X-Accel-Buffering", "no")  # tell proxies (nginx) not to hold the events back
+    resp.stream = stream
+    request_log(req).deferred = True
+
+
+class _Generation:
+    """What both completion endpoints share: opening a call and waiting for its first message."""
+
+    def __init__(self, settings: Settings, dispatcher: Dispatcher) -> None:
+        self.settings = settings
+        self.dispatcher = dispatcher
+
+    def open(
+        self,
+        req: falcon.Request,
+        request_id: str,
+        sampling: SamplingParams,
+        *,
+        prompt: str | None = None,
+        messages: list[ChatMessage] | None = None,
+    ) -> Call:
+        deadline = time.time() + self.settings.request_timeout
+        return self.dispatcher.open(
+            protocol.Generate(request_id, sampling, deadline, prompt=prompt, messages=messages),
+            disconnect_probe(req.env),
+        )
+
+    @staticmethod
+    def first(call: Call, req: falcon.Request) -> protocol.Delta | protocol.Done:
+        """Wait for the call's first message, so that an early error keeps its HTTP status."""
+        try:
+            return next_message(call, request_log(req))
+        except BaseException:
+            call.close()
+            raise
+
+
+class ChatCompletions(_Generation):
+    """POST /v1/chat/completions."""
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        s = self.settings
+        request = validation.parse_chat(read_json(req, s.max_body_bytes), s.sampling)
+        record = request_log(req)
+        record.request_id = response_id = responses.new_id(responses.CHAT_ID_PREFIX)
+        call = self.open(req, response_id, request.sampling, messages=request.messages)
+        first = self.first(call, req)
+        meta = Meta(response_id, int(time.time()), s.model, request.include_usage)
+        if request.stream:
+            start_stream(req, resp, ChatStream(call, first, meta, record))
+            return
+        with call:
+            text, done = collect(call, first, record)
+        send_json(resp, responses.chat_completion(
+            response_id, meta.created, s.model, text, done.finish_reason.value, Usage.from_done(done)
+        ))
+
+
+class Completions(_Generation):
+    """POST /v1/completions: one Generate per prompt, in turn, one choice each."""
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        s = self.settings
+        request = validation.parse_completion(read_json(req, s.max_body_bytes), s.sampling)
+        record = request_log(req)
+        record.request_id = response_id = responses.new_id(responses.COMPLETION_ID_PREFIX)
+        prompts = request.prompts
+
+        def open_call(index: int) -> Call:
+            call_id = response_id if len(prompts) == 1 else f"{response_id}-{index}"
+            return self.open(req, call_id, request.sampling, prompt=prompts[index])
+
+        call = open_call(0)
+        first = self.first(call, req)
+        meta = Meta(response_id, int(time.time()), s.model, request.include_usage)
+        if request.stream:
+            stream = CompletionStream(call, first, meta, record, prompts, request.echo, open_call)
+            start_stream(req, resp, stream)
+            return
+        choices, usage = [], Usage()
+        for index, prompt in enumerate(prompts):
+            if index > 0:
+                call = open_call(index)
+                first = self.first(call, req)
+            with call:
+                text, done = collect(call, first, record)
+            choices.append(Choice(index, prompt + text if request.echo else text, done.finish_reason.value))
+            usage += Usage.from_done(done)
+        send_json(resp, responses.text_completion(response_id, meta.created, s.model, choices, usage))
+
+
+class Models:
+    """GET /v1/models and /v1/models/{id}: the one model this server runs."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        send_json(resp, responses.model_list(self.settings.model, self.settings.created))
+
+    def on_get_one(self, req: falcon.Request, resp: falcon.Response, model_id: str) -> None:
+        if model_id != self.settings.model:
+            raise APIError(404, f"the model {model_id!r} does not exist", param="model", code="model_not_found")
+        send_json(resp, responses.model_card(self.settings.model, self.settings.created))
+
+
+class Health:
+    """The process is alive and answering; says nothing about the dispatcher."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        send_json(resp, {"status": "ok"})
+
+
+class Ready:
+    """Ready to generate: the dispatcher answers and has at least one worker."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        status = self.dispatcher.status(READY_TIMEOUT_S)
+        if status is None:
+            raise dispatcher_unavailable("the dispatcher does not answer")
+        if status.workers < 1:
+            raise APIError(503, "no worker is attached to the dispatcher", type=errors.UNAVAILABLE,
+                           code=protocol.ErrorCode.NO_WORKERS.value, retry=True)
+        send_json(resp, {
+            "status": "ready",
+            "workers": status.workers,
+            "idle_workers": status.idle_workers,
+            "queued": status.queued,
+            "running": status.running,
+        })

@@ -1,0 +1,155 @@
+"""Build the OpenAI response objects and stream chunks, exactly as the official API shapes them.
+
+Pure: plain dicts ready for JSON, no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from typing import Any, Final
+
+from shared.protocol import Done
+
+CHAT_ID_PREFIX: Final = "chatcmpl-"
+COMPLETION_ID_PREFIX: Final = "cmpl-"
+OWNED_BY: Final = "reame"
+
+Json = dict[str, Any]
+
+
+def new_id(prefix: str) -> str:
+    """Return a fresh response id such as ``chatcmpl-3f2a...``."""
+    return prefix + uuid.uuid4().hex
+
+
+def dumps(payload: Any) -> bytes:
+    """Encode a response body: compact JSON in UTF-8."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @classmethod
+    def from_done(cls, done: Done) -> Usage:
+        return cls(done.prompt_tokens, done.completion_tokens, done.cached_tokens)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
+        )
+
+    def to_dict(self) -> Json:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """One finished choice of a text completion."""
+
+    index: int
+    text: str
+    finish_reason: str
+
+
+def chat_completion(
+    response_id: str, created: int, model: str, content: str, finish_reason: str, usage: Usage
+) -> Json:
+    """Return a whole ``chat.completion`` object."""
+    return {
+        "id": response_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": usage.to_dict(),
+    }
+
+
+def chat_chunk(
+    response_id: str,
+    created: int,
+    model: str,
+    delta: dict[str, str],
+    finish_reason: str | None = None,
+    include_usage: bool = False,
+) -> Json:
+    """Return one ``chat.completion.chunk``; ``usage`` is null on it when usage is streamed."""
+    chunk = _chunk("chat.completion.chunk", response_id, created, model)
+    chunk["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+    if include_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def text_completion(response_id: str, created: int, model: str, choices: list[Choice], usage: Usage) -> Json:
+    """Return a whole ``text_completion`` object."""
+    return {
+        "id": response_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": c.index, "text": c.text, "logprobs": None, "finish_reason": c.finish_reason}
+            for c in choices
+        ],
+        "usage": usage.to_dict(),
+    }
+
+
+def text_chunk(
+    response_id: str,
+    created: int,
+    model: str,
+    index: int,
+    text: str,
+    finish_reason: str | None = None,
+    include_usage: bool = False,
+) -> Json:
+    """Return one streamed ``text_completion`` chunk for the choice ``index``."""
+    chunk = _chunk("text_completion", response_id, created, model)
+    chunk["choices"] = [{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}]
+    if include_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def usage_chunk(object_type: str, response_id: str, created: int, model: str, usage: Usage) -> Json:
+    """Return the last chunk of a stream with ``include_usage``: no choices, the usage."""
+    chunk = _chunk(object_type, response_id, created, model)
+    chunk["choices"] = []
+    chunk["usage"] = usage.to_dict()
+    return chunk
+
+
+def model_card(model: str, created: int) -> Json:
+    """Return the ``model`` object of /v1/models."""
+    return {"id": model, "object": "model", "created": created, "owned_by": OWNED_BY}
+
+
+def model_list(model: str, created: int) -> Json:
+    """Return the ``list`` object of /v1/models: the one loaded model."""
+    return {"object": "list", "data": [model_card(model, created)]}
+
+
+def _chunk(object_type: str, response_id: str, created: int, model: str) -> Json:
+    return {"id": response_id, "object": object_type, "created": created, "model": model}

@@ -1,0 +1,184 @@
+"""Streamed response bodies: SSE events produced as the dispatcher's Deltas arrive.
+
+A stream is the WSGI response iterable itself (Falcon hands ``resp.stream`` to
+gunicorn unchanged), so gunicorn writes each event as soon as it is produced and
+calls :meth:`SSEStream.close` when the client hangs up; closing cancels the call
+still running. Errors after the 200 went out become an ``{"error": ...}`` event,
+then ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Callable, Generator, Iterator
+from typing import Final
+
+from gateway import errors, responses, sse
+from gateway.client import Call, ClientGone
+from gateway.errors import APIError
+from gateway.requestlog import RequestLog
+from gateway.responses import Usage
+from shared.protocol import Delta, Done
+
+log = logging.getLogger(__name__)
+
+# nginx's "client closed request", for the log line of a request nobody waits for.
+CLIENT_GONE_STATUS: Final = 499
+
+
+@dataclasses.dataclass(frozen=True)
+class Meta:
+    """What every chunk of one response repeats."""
+
+    response_id: str
+    created: int
+    model: str
+    include_usage: bool
+
+
+def next_message(call: Call, record: RequestLog) -> Delta | Done:
+    """Read the call's next message, accounting for it in the request log."""
+    message = call.next()
+    record.observe(message)
+    return message
+
+
+def collect(call: Call, first: Delta | Done, record: RequestLog) -> tuple[str, Done]:
+    """Read a call to its end: the whole text and the Done."""
+    parts = []
+    message = first
+    while isinstance(message, Delta):
+        parts.append(message.text)
+        message = next_message(call, record)
+    return "".join(parts), message
+
+
+class SSEStream:
+    """An SSE response body over one or more calls; iterate it, then close it."""
+
+    def __init__(self, call: Call, first: Delta | Done, meta: Meta, record: RequestLog) -> None:
+        self.meta = meta
+        self._call = call
+        self._record = record
+        self._usage = Usage()
+        self._finished = False
+        self._events = self._run(first)
+
+    def __iter__(self) -> SSEStream:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._events)
+
+    def close(self) -> None:
+        """Stop: cancel the call still running (the client is gone) and write the log line."""
+        if not self._finished:
+            self._record.error = self._record.error or "client_gone"
+        try:
+            self._events.close()
+        finally:
+            self._close(200)
+
+    def _close(self, status: int) -> None:
+        self._call.close()
+        self._record.emit(status)
+
+    def _run(self, first: Delta | Done) -> Generator[bytes, None, None]:
+        try:
+            yield from self._body(first)
+        except ClientGone:
+            self._record.error = "client_gone"
+            self._finished = True
+            self._close(CLIENT_GONE_STATUS)  # nobody to send the rest to
+            return
+        except APIError as err:
+            self._record.fail(err)
+            yield sse.error_event(err)
+        except Exception:
+            log.exception("bug while streaming %s", self.meta.response_id)
+            bug = errors.internal()
+            self._record.fail(bug)
+            yield sse.error_event(bug)
+        yield sse.DONE
+        self._finished = True
+        self._close(200)
+
+    def _body(self, first: Delta | Done) -> Iterator[bytes]:
+        """Yield the events of a complete answer (subclasses say which)."""
+        raise NotImplementedError
+
+    def _relay(
+        self, call: Call, first: Delta | Done, chunk: Callable[[str], bytes]
+    ) -> Generator[bytes, None, Done]:
+        """Yield one chunk per Delta with text; return the Done."""
+        self._call = call
+        message = first
+        while isinstance(message, Delta):
+            if message.text:
+                yield chunk(message.text)
+            message = next_message(call, self._record)
+        self._usage += Usage.from_done(message)
+        return message
+
+
+class ChatStream(SSEStream):
+    """``chat.completion.chunk`` events: role, content deltas, finish reason, usage."""
+
+    def _body(self, first: Delta | Done) -> Iterator[bytes]:
+        m = self.meta
+        yield self._chunk({"role": "assistant", "content": ""})
+        done = yield from self._relay(self._call, first, lambda text: self._chunk({"content": text}))
+        yield self._chunk({}, done.finish_reason.value)
+        if m.include_usage:
+            yield sse.event(
+                responses.usage_chunk("chat.completion.chunk", m.response_id, m.created, m.model, self._usage)
+            )
+
+    def _chunk(self, delta: dict[str, str], finish_reason: str | None = None) -> bytes:
+        m = self.meta
+        return sse.event(
+            responses.chat_chunk(m.response_id, m.created, m.model, delta, finish_reason, m.include_usage)
+        )
+
+
+class CompletionStream(SSEStream):
+    """``text_completion`` events for one or more prompts, one choice index each, in turn."""
+
+    def __init__(
+        self,
+        call: Call,
+        first: Delta | Done,
+        meta: Meta,
+        record: RequestLog,
+        prompts: list[str],
+        echo: bool,
+        open_call: Callable[[int], Call],
+    ) -> None:
+        self._prompts = prompts
+        self._echo = echo
+        self._open_call = open_call
+        super().__init__(call, first, meta, record)
+
+    def _body(self, first: Delta | Done) -> Iterator[bytes]:
+        m = self.meta
+        call = self._call
+        for index, prompt in enumerate(self._prompts):
+            if index > 0:
+                call.close()
+                call = self._open_call(index)
+                self._call = call
+                first = next_message(call, self._record)
+            if self._echo and prompt:
+                yield self._chunk(index, prompt)
+            done = yield from self._relay(call, first, functools.partial(self._chunk, index))
+            yield self._chunk(index, "", done.finish_reason.value)
+        if m.include_usage:
+            yield sse.event(responses.usage_chunk("text_completion", m.response_id, m.created, m.model, self._usage))
+
+    def _chunk(self, index: int, text: str, finish_reason: str | None = None) -> bytes:
+        m = self.meta
+        return sse.event(
+            responses.text_chunk(m.response_id, m.created, m.model, index, text, finish_reason, m.include_usage)
+        )

@@ -1,0 +1,316 @@
+"""Turn a decoded JSON body into a typed request, or a 400 naming the field that is wrong.
+
+Pure: no sockets, no Falcon. Rules, following the OpenAI API:
+
+- Unknown fields are ignored, as OpenAI does. Known fields that would change the
+  answer and are not supported (``n`` != 1, logprobs, tools, JSON response formats,
+  ``best_of`` > 1, ``suffix``, ``echo`` on chat) are a 400 naming the field, never
+  silently dropped.
+- ``null`` for an optional field means "absent" (the OpenAI schema marks them
+  nullable and some clients send explicit nulls); ``null`` where a value is required
+  (``messages``, ``prompt``, a message's ``role``...) is a 400.
+- Booleans are not numbers; numbers must be finite; integers must fit the wire.
+- ``model`` must be a string if present; any name is accepted (like llama.cpp's
+  server) and responses always name the model that is loaded.
+- ``reame`` (object) holds reame's own switches; it has no keys yet, so any key in
+  it is a 400.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Final
+
+from gateway.errors import APIError, invalid
+from shared.config import SamplingConfig
+from shared.protocol import ChatMessage, SamplingParams
+
+ROLES: Final = frozenset({"system", "user", "assistant", "developer", "tool"})
+MAX_STOP: Final = 16
+MAX_PROMPTS: Final = 64  # prompts in one completions request; each is a sequential generation
+MAX_INT32: Final = 2**31 - 1
+# msgpack carries signed and unsigned 64-bit integers, nothing wider.
+SEED_RANGE: Final = (-(2**63), 2**64 - 1)
+EXTENSION_FIELD: Final = "reame"
+EXTENSION_KEYS: Final[frozenset[str]] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatRequest:
+    messages: list[ChatMessage]
+    sampling: SamplingParams
+    stream: bool = False
+    include_usage: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CompletionRequest:
+    prompts: list[str]
+    sampling: SamplingParams
+    stream: bool = False
+    include_usage: bool = False
+    echo: bool = False
+
+
+def parse_chat(body: object, defaults: SamplingConfig) -> ChatRequest:
+    """Validate a /v1/chat/completions body."""
+    fields = _object(body)
+    _check_common(fields)
+    if fields.get("logprobs") is not None and fields.get("logprobs") is not False:
+        raise _unsupported("logprobs", "logprobs are not supported")
+    _absent(fields, "top_logprobs", "logprobs are not supported")
+    _absent(fields, "echo", "echo is not supported on chat completions")
+    for name in ("tools", "functions"):
+        if fields.get(name) not in (None, []):
+            raise _unsupported(name, "tool and function calling are not supported")
+    for name in ("tool_choice", "function_call"):
+        if fields.get(name) not in (None, "none"):
+            raise _unsupported(name, f"only {name} 'none' is supported")
+    response_format = fields.get("response_format")
+    if response_format is not None:
+        kind = _object(response_format, "response_format").get("type")
+        if kind != "text":
+            raise _unsupported("response_format.type", "only response_format type 'text' is supported")
+    stream, include_usage = _stream(fields)
+    return ChatRequest(
+        messages=_messages(fields.get("messages")),
+        sampling=_sampling(fields, defaults.chat_max_tokens, defaults),
+        stream=stream,
+        include_usage=include_usage,
+    )
+
+
+def parse_completion(body: object, defaults: SamplingConfig) -> CompletionRequest:
+    """Validate a /v1/completions body."""
+    fields = _object(body)
+    _check_common(fields)
+    _absent(fields, "logprobs", "logprobs are not supported")
+    if fields.get("best_of") not in (None, 1) or isinstance(fields.get("best_of"), bool):
+        raise _unsupported("best_of", "only best_of 1 is supported")
+    if fields.get("suffix") not in (None, ""):
+        raise _unsupported("suffix", "suffix (insertion) is not supported")
+    stream, include_usage = _stream(fields)
+    echo = _boolean(fields, "echo")
+    return CompletionRequest(
+        prompts=_prompts(fields.get("prompt")),
+        sampling=_sampling(fields, defaults.completion_max_tokens, defaults),
+        stream=stream,
+        include_usage=include_usage,
+        echo=bool(echo),
+    )
+
+
+def _check_common(fields: dict[str, Any]) -> None:
+    model = fields.get("model")
+    if model is not None and not isinstance(model, str):
+        raise invalid("model", "model must be a string", "invalid_type")
+    n = fields.get("n")
+    if n is not None and (isinstance(n, bool) or n != 1):
+        raise _unsupported("n", "only n 1 is supported")
+    extension = fields.get(EXTENSION_FIELD)
+    if extension is not None:
+        for key in _object(extension, EXTENSION_FIELD):
+            if key not in EXTENSION_KEYS:
+                raise invalid(f"{EXTENSION_FIELD}.{key}", f"unknown reame option {key!r}", "unknown_parameter")
+
+
+def _stream(fields: dict[str, Any]) -> tuple[bool, bool]:
+    stream = bool(_boolean(fields, "stream"))
+    options = fields.get("stream_options")
+    if options is None:
+        return stream, False
+    options = _object(options, "stream_options")
+    if not stream:
+        raise invalid("stream_options", "stream_options is only allowed when stream is true")
+    include_usage = options.get("include_usage")
+    if include_usage is not None and not isinstance(include_usage, bool):
+        raise invalid("stream_options.include_usage", "include_usage must be a boolean", "invalid_type")
+    return stream, bool(include_usage)
+
+
+def _messages(value: object) -> list[ChatMessage]:
+    if value is None:
+        raise invalid("messages", "messages is required", "missing_required_parameter")
+    if not isinstance(value, list):
+        raise invalid("messages", "messages must be an array of message objects", "invalid_type")
+    if not value:
+        raise invalid("messages", "messages must contain at least one message")
+    return [_message(item, f"messages[{i}]") for i, item in enumerate(value)]
+
+
+def _message(value: object, where: str) -> ChatMessage:
+    fields = _object(value, where)
+    role = fields.get("role")
+    if role is None:
+        raise invalid(f"{where}.role", "role is required", "missing_required_parameter")
+    if not isinstance(role, str) or role not in ROLES:
+        raise invalid(f"{where}.role", "role must be one of " + ", ".join(sorted(ROLES)))
+    if fields.get("tool_calls") not in (None, []):
+        raise _unsupported(f"{where}.tool_calls", "tool calls are not supported")
+    content = fields.get("content")
+    if content is None:
+        if role != "assistant":  # an assistant turn may be empty; every other needs text
+            raise invalid(f"{where}.content", "content is required", "missing_required_parameter")
+        content = ""
+    elif isinstance(content, list):
+        content = "".join(_text_part(part, f"{where}.content[{i}]") for i, part in enumerate(content))
+    else:
+        content = _text(content, f"{where}.content")
+    name = fields.get("name")
+    if name is not None:
+        name = _text(name, f"{where}.name")
+    # "developer" is OpenAI's newer name for "system"; chat templates know only the latter.
+    return ChatMessage(role="system" if role == "developer" else role, content=content, name=name)
+
+
+def _text_part(value: object, where: str) -> str:
+    fields = _object(value, where)
+    kind = fields.get("type")
+    if kind != "text":
+        if not isinstance(kind, str):
+            raise invalid(f"{where}.type", "a content part needs a type", "missing_required_parameter")
+        raise _unsupported(f"{where}.type", f"content parts of type {kind[:40]!r} are not supported")
+    return _text(fields.get("text"), f"{where}.text")
+
+
+def _prompts(value: object) -> list[str]:
+    if value is None:
+        raise invalid("prompt", "prompt is required", "missing_required_parameter")
+    if isinstance(value, str):
+        return [_text(value, "prompt")]
+    if not isinstance(value, list):
+        raise invalid("prompt", "prompt must be a string or an array of strings", "invalid_type")
+    if not value:
+        raise invalid("prompt", "prompt must not be an empty array")
+    if len(value) > MAX_PROMPTS:
+        raise invalid("prompt", f"at most {MAX_PROMPTS} prompts per request")
+    if all(isinstance(item, int) and not isinstance(item, bool) for item in value) or any(
+        isinstance(item, list) for item in value
+    ):
+        raise _unsupported("prompt", "prompts given as token ids are not supported; send text")
+    return [_text(item, f"prompt[{i}]") for i, item in enumerate(value)]
+
+
+def _sampling(fields: dict[str, Any], default_max_tokens: int, defaults: SamplingConfig) -> SamplingParams:
+    max_tokens = _integer(fields, "max_completion_tokens", 1, MAX_INT32)
+    if max_tokens is None:  # the newer name wins when a client sends both
+        max_tokens = _integer(fields, "max_tokens", 1, MAX_INT32)
+    if max_tokens is None:
+        max_tokens = default_max_tokens or None  # 0 in the config: until the context is full
+    return SamplingParams(
+        temperature=_number(fields, "temperature", 0.0, 2.0, defaults.temperature),
+        top_p=_number(fields, "top_p", 0.0, 1.0, defaults.top_p),
+        top_k=_or(_integer(fields, "top_k", 0, MAX_INT32), defaults.top_k),
+        min_p=_number(fields, "min_p", 0.0, 1.0, defaults.min_p),
+        seed=_integer(fields, "seed", *SEED_RANGE),
+        max_tokens=max_tokens,
+        stop=_stop(fields.get("stop")),
+        presence_penalty=_number(fields, "presence_penalty", -2.0, 2.0, 0.0),
+        frequency_penalty=_number(fields, "frequency_penalty", -2.0, 2.0, 0.0),
+        repeat_penalty=_number(fields, "repeat_penalty", 0.0, math.inf, defaults.repeat_penalty),
+        repeat_last_n=defaults.repeat_last_n,
+        logit_bias=_logit_bias(fields.get("logit_bias")),
+    )
+
+
+def _stop(value: object) -> list[str]:
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise invalid("stop", "stop must be a string or an array of strings", "invalid_type")
+    if len(items) > MAX_STOP:
+        raise invalid("stop", f"at most {MAX_STOP} stop sequences")
+    stops = []
+    for i, item in enumerate(items):
+        where = "stop" if isinstance(value, str) else f"stop[{i}]"
+        text = _text(item, where)
+        if not text:
+            raise invalid(where, "stop sequences must not be empty")
+        stops.append(text)
+    return stops
+
+
+def _logit_bias(value: object) -> list[tuple[int, float]]:
+    if value is None:
+        return []
+    pairs = []
+    for key, bias in _object(value, "logit_bias").items():
+        where = f"logit_bias.{key[:40]}"
+        if not (len(key) <= 10 and key.isascii() and key.isdigit() and int(key) <= MAX_INT32):
+            raise invalid(where, "logit_bias keys must be token ids (non-negative integers)")
+        if not _is_number(bias) or not -100 <= bias <= 100:
+            raise invalid(where, "a logit bias must be a number from -100 to 100")
+        pairs.append((int(key), float(bias)))
+    return sorted(pairs)
+
+
+def _object(value: object, where: str | None = None) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        what = where or "the request body"
+        raise invalid(where, f"{what} must be a JSON object", "invalid_type")
+    return value
+
+
+def _text(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise invalid(where, f"{where} must be a string", "invalid_type")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # JSON allows lone surrogates (\ud800); the wire does not
+        raise invalid(where, f"{where} is not valid Unicode (lone surrogate)") from None
+    return value
+
+
+def _is_number(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    # Python ints are exact at any size (and math.isfinite overflows on huge ones).
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _number(fields: dict[str, Any], name: str, lo: float, hi: float, default: float) -> float:
+    value = fields.get(name)
+    if value is None:
+        return default
+    if not _is_number(value):
+        raise invalid(name, f"{name} must be a number", "invalid_type")
+    number = float(value) if abs(value) < 1e308 else math.inf  # a huge int would overflow float()
+    if not (lo <= number <= hi and math.isfinite(number)):
+        bounds = f"at least {lo:g}" if hi == math.inf else f"from {lo:g} to {hi:g}"
+        raise invalid(name, f"{name} must be {bounds}")
+    return number
+
+
+def _integer(fields: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
+    value = fields.get(name)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON has one number type; 16.0 is the integer 16
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise invalid(name, f"{name} must be an integer", "invalid_type")
+    if not lo <= value <= hi:
+        raise invalid(name, f"{name} must be an integer from {lo} to {hi}")
+    return value
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _boolean(fields: dict[str, Any], name: str) -> bool | None:
+    value = fields.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise invalid(name, f"{name} must be a boolean", "invalid_type")
+    return value
+
+
+def _absent(fields: dict[str, Any], name: str, message: str) -> None:
+    if fields.get(name) is not None:
+        raise _unsupported(name, message)
+
+
+def _unsupported(param: str, message: str) -> APIError:
+    return invalid(param, message, "unsupported_parameter")

@@ -1,0 +1,1 @@
+"""The `reame` command: start, supervise and inspect reame's processes."""

@@ -1,0 +1,316 @@
+"""`reame serve`: start every process and keep them running, as gunicorn's arbiter does.
+
+The dispatcher starts first, then the workers, then the gateway; they stop in
+the reverse order. Signal handlers only record the signal and wake the main
+loop through a pipe; the loop reaps children with ``waitpid(-1, WNOHANG)`` and
+restarts the dead ones after an exponential backoff. The "serving" line is
+logged once the gateway's port accepts connections. A child that exits with
+``EXIT_BOOT_FAILURE`` cannot start at all (bad config, missing model, address
+in use): restarting it would only loop, so reame stops and says which child.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import fcntl
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import FrameType
+from typing import Any, Final
+
+from shared import logs
+from shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
+from shared.lifecycle import EXIT_BOOT_FAILURE, die_with_parent
+from shared.model_file import ModelFileError, model_path
+from supervisor.backoff import Backoff
+
+log = logging.getLogger("supervisor")
+
+GRACE_S: Final = 15.0  # between SIGTERM and SIGKILL at shutdown
+# The loop wakes on every signal; this only bounds how late a restart can be.
+MAX_SLEEP_S: Final = 1.0
+READY_POLL_S: Final = 0.1  # how often to look for the gateway's port before announcing it
+EXIT_USAGE: Final = 2  # bad config or model: nothing was started
+EXIT_CHILD_FAILED: Final = 1
+
+_STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+
+_Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildSpec:
+    """One process to keep running: its role, its index among workers, its command line."""
+
+    role: str
+    index: int | None
+    argv: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.role if self.index is None else f"{self.role} {self.index}"
+
+
+def child_specs(config: Config, config_path: str | None, python: str = sys.executable) -> list[ChildSpec]:
+    """Build the command lines of the dispatcher, the workers and the gateway, in start order."""
+    common = ("--config", config_path) if config_path else ()
+    return [
+        ChildSpec("dispatcher", None, (python, "-m", "dispatcher", *common)),
+        *(
+            ChildSpec("worker", i, (python, "-m", "worker", *common, "--index", str(i)))
+            for i in range(config.worker_count)
+        ),
+        ChildSpec("gateway", None, (python, "-m", "gateway", *common)),
+    ]
+
+
+def describe_exit(code: int) -> str:
+    """Say how a child ended, from a Popen-style return code (negative: killed by a signal)."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    if code == EXIT_BOOT_FAILURE:
+        return f"exit code {code} (could not start)"
+    return f"exit code {code}"
+
+
+@dataclasses.dataclass
+class _Child:
+    spec: ChildSpec
+    backoff: Backoff
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restart_at: float | None = None
+
+
+class Arbiter:
+    """Start children, restart the ones that die, stop them all on SIGTERM/SIGINT.
+
+    Call :meth:`run` from the main thread: it installs signal handlers.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[ChildSpec],
+        *,
+        env: Mapping[str, str] | None = None,
+        grace: float = GRACE_S,
+        backoff: Callable[[], Backoff] = Backoff,
+        banner: str | None = None,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._children = [_Child(spec, backoff()) for spec in specs]
+        self._env = dict(os.environ if env is None else env)
+        self._grace = grace
+        self._banner = banner  # logged once ready() is true
+        self._ready = ready
+        self._signals: collections.deque[int] = collections.deque()
+        self._stopping = False
+        self._wake_r = self._wake_w = -1  # the self-pipe signals wake the loop through
+
+    def run(self) -> int:
+        """Supervise until told to stop; return the exit code for `reame serve`."""
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+        previous = self._install_signals()
+        try:
+            return self._supervise()
+        finally:
+            # Whatever happened (even an exception here), leave no child behind.
+            self._shutdown()
+            signal.set_wakeup_fd(-1)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _supervise(self) -> int:
+        for child in self._children:
+            if not self._spawn(child):
+                return EXIT_CHILD_FAILED
+        while True:
+            self._announce()
+            timeout = self._time_to_next_restart()
+            self._sleep(min(timeout, READY_POLL_S) if self._banner else timeout)
+            if self._stop_requested():
+                log.info("stopping")
+                return 0
+            failed = self._reap()
+            if failed is not None:
+                log.error(
+                    "%s could not start (exit code %d, see its log above): not restarting it; stopping reame",
+                    failed.spec.name, EXIT_BOOT_FAILURE,
+                )
+                return EXIT_CHILD_FAILED
+            if not self._restart_due():
+                return EXIT_CHILD_FAILED
+
+    def _announce(self) -> None:
+        if self._banner and self._ready():
+            log.info("%s", self._banner)
+            self._banner = None
+
+    # -- signals -----------------------------------------------------------------
+
+    def _install_signals(self) -> dict[signal.Signals, _Handler]:
+        previous: dict[signal.Signals, _Handler] = {}
+        for sig in (*_STOP_SIGNALS, signal.SIGCHLD):
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, self._record_signal)
+        # The C-level handler writes to the pipe, so select() in the loop wakes up.
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        return previous
+
+    def _record_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals.append(signum)
+
+    def _stop_requested(self) -> bool:
+        stop = False
+        while self._signals:
+            stop = self._signals.popleft() in _STOP_SIGNALS or stop
+        return stop
+
+    def _sleep(self, timeout: float) -> None:
+        select.select([self._wake_r], [], [], max(0.0, min(timeout, MAX_SLEEP_S)))
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_r, 4096):
+                pass
+
+    # -- children ----------------------------------------------------------------
+
+    def _spawn(self, child: _Child) -> bool:
+        try:
+            child.process = subprocess.Popen(
+                child.spec.argv, env=self._env, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
+            )
+        except OSError as err:
+            log.error("cannot start %s (%s): %s", child.spec.name, " ".join(child.spec.argv), err)
+            return False
+        child.started_at = time.monotonic()
+        child.restart_at = None
+        log.info("started %s (pid %d)", child.spec.name, child.process.pid)
+        return True
+
+    def _reap(self) -> _Child | None:
+        """Collect every child that exited, schedule restarts; return one that could not boot."""
+        failed = None
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            child = next((c for c in self._children if c.process and c.process.pid == pid), None)
+            if child is not None and not self._exited(child, status):
+                failed = failed or child
+        return failed
+
+    def _exited(self, child: _Child, status: int) -> bool:
+        """Log the exit of a reaped child and schedule its restart; False if it could not boot."""
+        assert child.process is not None
+        pid, code = child.process.pid, os.waitstatus_to_exitcode(status)
+        # Reaped by us: tell Popen, so that it never waits for this pid itself.
+        child.process.returncode = code
+        child.process = None
+        ran_for = time.monotonic() - child.started_at
+        what = f"{child.spec.name} (pid {pid}) exited: {describe_exit(code)} after {ran_for:.1f} s"
+        if self._stopping:
+            log.info("%s", what)
+        elif code == EXIT_BOOT_FAILURE:
+            log.error("%s", what)
+            return False
+        else:
+            delay = child.backoff.next_delay(ran_for)
+            child.restart_at = time.monotonic() + delay
+            log.warning("%s; restarting it in %.1f s", what, delay)
+        return True
+
+    def _time_to_next_restart(self) -> float:
+        due = [c.restart_at for c in self._children if c.restart_at is not None]
+        return min(due) - time.monotonic() if due else MAX_SLEEP_S
+
+    def _restart_due(self) -> bool:
+        now = time.monotonic()
+        for child in self._children:
+            if child.restart_at is not None and child.restart_at <= now and not self._spawn(child):
+                return False
+        return True
+
+    def _alive(self) -> list[_Child]:
+        return [c for c in self._children if c.process is not None]
+
+    def _shutdown(self) -> None:
+        """SIGTERM every child in reverse start order, SIGKILL what outlives the grace period."""
+        self._stopping = True
+        for child in reversed(self._alive()):
+            self._signal(child, signal.SIGTERM)
+        deadline = time.monotonic() + self._grace
+        while self._alive() and time.monotonic() < deadline:
+            self._reap()
+            if not self._alive():
+                break
+            self._sleep(deadline - time.monotonic())
+            if self._stop_requested():
+                log.warning("asked again: killing the children now")
+                break
+        for child in self._alive():
+            log.warning("%s did not stop within %.0f s: killing it", child.spec.name, self._grace)
+            self._signal(child, signal.SIGKILL)
+        for child in self._alive():
+            assert child.process is not None
+            _, status = os.waitpid(child.process.pid, 0)  # SIGKILL cannot be ignored: this returns
+            self._exited(child, status)
+
+    def _signal(self, child: _Child, sig: int) -> None:
+        # os.kill rather than Popen.send_signal: that one may reap the child
+        # behind our back, and then its exit would never be logged.
+        assert child.process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.process.pid, sig)
+
+
+def port_open(host: str, port: int) -> Callable[[], bool]:
+    """Return a check that something accepts TCP connections on ``host:port``."""
+    target = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+
+    def check() -> bool:
+        try:
+            with socket.create_connection((target, port), timeout=READY_POLL_S):
+                return True
+        except OSError:
+            return False
+
+    return check
+
+
+def serve(config_path: str | None) -> int:
+    """Check the config and the model, then run every process until SIGTERM/SIGINT."""
+    try:
+        config = load(config_path)
+        model_path(config)
+    except (ConfigError, ModelFileError) as err:
+        print(f"reame: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    logs.setup("reame", config.logging.level)
+    env = dict(os.environ)
+    if config_path:
+        config_path = os.path.abspath(config_path)
+        env[CONFIG_PATH_ENV] = config_path
+    specs = child_specs(config, config_path)
+    host = f"[{config.server.host}]" if ":" in config.server.host else config.server.host
+    banner = f"reame serving http://{host}:{config.server.port} with {config.worker_count} workers"
+    ready = port_open(config.server.host, config.server.port)
+    return Arbiter(specs, env=env, banner=banner, ready=ready).run()

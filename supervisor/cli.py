@@ -1,0 +1,135 @@
+"""The `reame` command line: one table of subcommands, each a function of its arguments.
+
+Process subcommands import their package only when run, so that `reame serve`
+(which just supervises) never imports llama_cpp or gunicorn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from shared.config import CONFIG_PATH_ENV, SCHEMA, Config, ConfigError, load
+from shared.model_file import ModelFileError, model_path
+
+EXIT_USAGE: Final = 2
+
+Run = Callable[[argparse.Namespace], int]
+
+
+def _config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", metavar="FILE", default=os.environ.get(CONFIG_PATH_ENV) or None,
+        help=f"configuration file (default: ${CONFIG_PATH_ENV}, else built-in defaults)",
+    )
+
+
+def _worker_arguments(parser: argparse.ArgumentParser) -> None:
+    _config_argument(parser)
+    parser.add_argument("--index", metavar="N", type=int, required=True, help="this worker's index, from 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One subcommand: its arguments and what runs it, or its own subcommands."""
+
+    name: str
+    help: str
+    run: Run | None = None
+    arguments: Callable[[argparse.ArgumentParser], None] = _config_argument
+    subcommands: tuple[Command, ...] = ()
+
+
+def _delegate(module: str) -> Run:
+    """Run ``module.main(argv)`` with the arguments given to reame, importing it only now."""
+
+    def run(args: argparse.Namespace) -> int:
+        argv = ["--config", args.config] if args.config else []
+        index = vars(args).get("index")  # workers only
+        if index is not None:
+            argv += ["--index", str(index)]
+        code: int = importlib.import_module(module).main(argv)
+        return code
+
+    return run
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from supervisor.arbiter import serve
+
+    return serve(args.config)
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    try:
+        config = load(args.config)
+    except ConfigError as err:
+        print(f"reame: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    print(render_config(config), end="")
+    try:
+        print(f"# model file: {model_path(config)}")
+    except ModelFileError as err:
+        print(f"reame: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+def render_config(config: Config) -> str:
+    """Write ``config`` back as an INI file, with the values derived from it as comments."""
+    lines = [f"# effective configuration: {config.source}, then REAME_* environment variables"]
+    values = dataclasses.asdict(config)
+    for section, keys in SCHEMA.items():
+        lines += ["", f"[{section}]"]
+        lines += [f"{key} = {values[section][key]}" for key in keys]
+    lines += [
+        "",
+        f"# run directory: {config.run_dir}",
+        f"# dispatcher frontend: {config.frontend_address}",
+        f"# dispatcher backend: {config.backend_address}",
+        f"# worker processes: {config.worker_count}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+COMMANDS: Final[tuple[Command, ...]] = (
+    Command("serve", "run the dispatcher, the workers and the gateway, and keep them running", _serve),
+    Command("dispatcher", "run only the dispatcher", _delegate("dispatcher.main")),
+    Command("worker", "run only one worker", _delegate("worker.main"), _worker_arguments),
+    Command("gateway", "run only the HTTP gateway", _delegate("gateway.main")),
+    Command("config", "inspect the configuration", subcommands=(
+        Command("check", "print the effective configuration, or what is wrong with it", _config_check),
+    )),
+)
+
+
+def _add_commands(parser: argparse.ArgumentParser, commands: Sequence[Command], depth: int) -> None:
+    sub = parser.add_subparsers(dest=f"command_{depth}", metavar="COMMAND", required=True)
+    for command in commands:
+        child = sub.add_parser(command.name, help=command.help, description=command.help)
+        if command.subcommands:
+            _add_commands(child, command.subcommands, depth + 1)
+        else:
+            command.arguments(child)
+            child.set_defaults(run=command.run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the parser for every subcommand in :data:`COMMANDS`."""
+    parser = argparse.ArgumentParser(
+        prog="reame", description="An OpenAI-compatible LLM server for small CPU machines."
+    )
+    _add_commands(parser, COMMANDS, 0)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `reame` subcommand; return the exit code."""
+    args = build_parser().parse_args(argv)
+    run: Run = args.run
+    return run(args)

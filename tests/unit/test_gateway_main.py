@@ -1,0 +1,49 @@
+"""`python -m gateway`: gunicorn configuration and boot failures (no server is started)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from gateway import main as gateway_main
+from gateway.main import GatewayApplication
+from shared import config
+from shared.lifecycle import EXIT_BOOT_FAILURE
+
+
+@pytest.fixture(autouse=True)
+def quiet_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # logs.setup replaces the root handlers, which would take pytest's capture away.
+    monkeypatch.setattr("shared.logs.setup", lambda process, level: None)
+
+
+def test_gunicorn_is_configured_from_reame_config() -> None:
+    cfg = config.load(environ={
+        "REAME_SERVER_HOST": "::1", "REAME_SERVER_PORT": "9999",
+        "REAME_SERVER_GATEWAY_PROCESSES": "2", "REAME_SERVER_GATEWAY_THREADS": "5",
+    })
+    settings = GatewayApplication(cfg).cfg
+    assert settings.bind == ["[::1]:9999"]
+    assert (settings.workers, settings.threads, settings.worker_class_str) == (2, 5, "gthread")
+    assert settings.accesslog is None and settings.control_socket_disable
+
+
+def test_port_in_use_is_a_boot_failure(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        conf = tmp_path / "reame.conf"
+        conf.write_text(f"[server]\nport = {port}\n")
+        assert gateway_main.main(["--config", str(conf)]) == EXIT_BOOT_FAILURE
+    (record,) = [r for r in caplog.records if r.name == "gateway"]
+    assert f"cannot listen on 127.0.0.1:{port}" in record.getMessage()
+
+
+def test_bad_config_is_a_boot_failure(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    conf = tmp_path / "reame.conf"
+    conf.write_text("[server]\nport = eighty\n")
+    assert gateway_main.main(["--config", str(conf)]) == EXIT_BOOT_FAILURE
+    assert "port" in caplog.text and "eighty" in caplog.text

@@ -1,0 +1,127 @@
+"""KV-cache bookkeeping: which prefix is reused, and the token list staying in step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+import pytest
+
+from worker.kv import MIN_FRESH, KvCache, common_prefix, prefill_chunks, reusable
+from worker.model import DecodeError, Model
+
+
+class FakeModel:
+    """Records the calls KvCache makes; decode can be told to fail."""
+
+    def __init__(self, can_truncate: bool = True) -> None:
+        self.can_truncate = can_truncate
+        self.calls: list[tuple[object, ...]] = []
+        self.fail = False
+
+    def decode(self, tokens: Sequence[int], start: int, logits_last: bool) -> None:
+        self.calls.append(("decode", tuple(tokens), start, logits_last))
+        if self.fail:
+            raise DecodeError("boom")
+
+    def truncate(self, length: int) -> bool:
+        self.calls.append(("truncate", length))
+        return self.can_truncate
+
+    def clear(self) -> None:
+        self.calls.append(("clear",))
+
+
+def kv_with(fake: FakeModel) -> KvCache:
+    return KvCache(cast(Model, fake))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "n"),
+    [([], [1], 0), ([1, 2, 3], [1, 2, 3], 3), ([1, 2, 3], [1, 2], 2), ([1, 2], [1, 2, 3], 2), ([1], [2], 0)],
+)
+def test_common_prefix(a: list[int], b: list[int], n: int) -> None:
+    assert common_prefix(a, b) == n
+
+
+def test_reusable_always_leaves_the_last_two_prompt_tokens() -> None:
+    assert MIN_FRESH == 2
+    assert reusable([1, 2, 3, 4], [1, 2, 3]) == 1
+    assert reusable([1, 2, 3], [1, 2, 3]) == 1
+    assert reusable([1, 2, 3], [1, 2, 3, 4, 5]) == 3
+    assert reusable([1, 2, 3], [1, 2, 3, 4]) == 2
+    assert reusable([1], [1]) == 0
+    assert reusable([1, 2], []) == 0
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "n_batch", "chunks"),
+    [
+        (0, 5, 512, [(0, 5)]),
+        (0, 1, 512, [(0, 1)]),
+        (0, 1024, 512, [(0, 512), (512, 1024)]),
+        (0, 513, 512, [(0, 511), (511, 513)]),
+        (3, 516, 512, [(3, 514), (514, 516)]),
+        (0, 514, 512, [(0, 512), (512, 514)]),
+        (0, 3, 1, [(0, 1), (1, 2), (2, 3)]),
+        (4, 4, 512, []),
+    ],
+)
+def test_prefill_chunks_never_end_with_a_lone_token(
+    start: int, end: int, n_batch: int, chunks: list[tuple[int, int]]
+) -> None:
+    assert prefill_chunks(start, end, n_batch) == chunks
+
+
+def test_append_tracks_positions() -> None:
+    fake = FakeModel()
+    kv = kv_with(fake)
+    kv.append([5, 6, 7], logits_last=False)
+    kv.append([8], logits_last=True)
+    assert kv.tokens == (5, 6, 7, 8)
+    assert fake.calls == [("decode", (5, 6, 7), 0, False), ("decode", (8,), 3, True)]
+
+
+def test_keep_prefix_cuts_the_rest() -> None:
+    fake = FakeModel()
+    kv = kv_with(fake)
+    kv.append([1, 2, 3, 4, 5], logits_last=True)
+    assert kv.keep_prefix_of([1, 2, 3, 4, 9]) == 3
+    assert kv.tokens == (1, 2, 3)
+    assert fake.calls[-1] == ("truncate", 3)
+
+
+def test_keep_prefix_of_the_same_prompt_drops_its_last_two_tokens() -> None:
+    fake = FakeModel()
+    kv = kv_with(fake)
+    kv.append([1, 2, 3], logits_last=True)
+    assert kv.keep_prefix_of([1, 2, 3]) == 1
+    assert kv.tokens == (1,)
+
+
+def test_keep_prefix_without_anything_to_cut_does_not_touch_the_cache() -> None:
+    fake = FakeModel()
+    kv = kv_with(fake)
+    kv.append([1, 2], logits_last=True)
+    assert kv.keep_prefix_of([1, 2, 3, 4]) == 2
+    assert ("truncate", 2) not in fake.calls
+
+
+def test_cache_that_cannot_truncate_is_cleared() -> None:
+    fake = FakeModel(can_truncate=False)
+    kv = kv_with(fake)
+    kv.append([1, 2, 3], logits_last=True)
+    assert kv.keep_prefix_of([1, 2, 9]) == 0
+    assert kv.tokens == ()
+    assert fake.calls[-1] == ("clear",)
+
+
+def test_decode_failure_resets_everything() -> None:
+    fake = FakeModel()
+    kv = kv_with(fake)
+    kv.append([1, 2], logits_last=True)
+    fake.fail = True
+    with pytest.raises(DecodeError):
+        kv.append([3], logits_last=True)
+    assert kv.tokens == ()
+    assert fake.calls[-1] == ("clear",)

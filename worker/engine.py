@@ -1,0 +1,231 @@
+"""Serve one Generate: build the prompt, prefill, decode, stream the text.
+
+The engine has no sockets: it takes a request, a ``send`` callable for the
+outgoing messages and a cancel Event, so it can be driven directly in tests.
+Every request ends with exactly one Done or Error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Final
+
+from shared.protocol import (
+    Delta,
+    Done,
+    Error,
+    ErrorCode,
+    FinishReason,
+    Generate,
+    Message,
+)
+from worker.chat_template import ChatTemplate, ChatTemplateError
+from worker.kv import KvCache, prefill_chunks
+from worker.model import DecodeError, Model
+from worker.sampler import Sampler, SamplingError
+from worker.stops import TextStream
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[Message], None]
+
+NO_TEMPLATE: Final = (
+    "this model has no chat template (tokenizer.chat_template in its GGUF file); "
+    "use the completions endpoint with a raw prompt"
+)
+
+
+class RequestFailed(Exception):
+    """End the current request with an Error message."""
+
+    def __init__(self, code: ErrorCode, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+
+
+def load_template(model: Model) -> tuple[ChatTemplate | None, str]:
+    """Compile the model's chat template; on failure return None and the reason."""
+    source = model.chat_template()
+    if source is None:
+        return None, NO_TEMPLATE
+    try:
+        return ChatTemplate(source, model.token_text(model.bos), model.token_text(model.eos)), ""
+    except ChatTemplateError as err:
+        return None, str(err)
+
+
+class Engine:
+    """The decode loop of one worker; requests run one at a time."""
+
+    def __init__(
+        self,
+        model: Model,
+        shutting_down: Callable[[], bool] = lambda: False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.model = model
+        self.kv = KvCache(model)
+        self._shutting_down = shutting_down
+        self._clock = clock  # wall clock, for Generate.deadline
+        self._template, self._template_problem = load_template(model)
+        if self._template is None:
+            log.warning("chat requests will fail: %s", self._template_problem)
+
+    def warm_up(self) -> None:
+        """Evaluate one token and forget it.
+
+        The first request then does not pay for faulting in the mapped weights and
+        building the compute graph; llama.cpp's own tools warm up the same way.
+        """
+        token = self.model.bos if self.model.bos >= 0 else 0
+        self.kv.reset()
+        self.kv.append((token,), logits_last=True)
+        self.kv.reset()
+
+    def run(self, request: Generate, send: Send, cancel: threading.Event) -> None:
+        """Serve ``request``: Deltas as text becomes final, then one Done or Error."""
+        rid = request.request_id
+        try:
+            done = self._generate(request, send, cancel)
+        except RequestFailed as err:
+            log.debug("request %s ended: %s %s", rid, err.code.value, err.message)
+            send(Error(rid, err.code, err.message, err.param))
+        except DecodeError as err:
+            log.error("request %s: %s; KV cache cleared", rid, err)
+            send(Error(rid, ErrorCode.INTERNAL, "the model failed to evaluate the request"))
+        except Exception:
+            log.exception("request %s failed", rid)
+            self.kv.reset()
+            send(Error(rid, ErrorCode.INTERNAL, "the worker failed while generating"))
+        else:
+            send(done)
+
+    # -- one request --------------------------------------------------------------
+
+    def _generate(self, request: Generate, send: Send, cancel: threading.Event) -> Done:
+        started = time.perf_counter()
+        rid = request.request_id
+        params = request.sampling
+        prompt, what, stops = self._prompt(request)
+        budget = self._budget(len(prompt), params.max_tokens, what)
+        try:
+            sampler = Sampler(params, self.model.n_vocab, self.model.n_ctx)
+        except SamplingError as err:
+            raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), err.param) from err
+        try:
+            cached = self._prefill(prompt, request, cancel)
+            sampler.feed_prompt(prompt)
+            prefilled = time.perf_counter()
+            stream = TextStream(stops)
+            produced = pending = 0
+            finish = FinishReason.LENGTH
+            while produced < budget:
+                token = sampler.sample(self.model.ctx)
+                if self.model.is_eog(token):
+                    finish = FinishReason.STOP
+                    break
+                produced += 1
+                pending += 1
+                text = stream.push(self.model.piece(token))
+                if text:
+                    send(Delta(rid, text, pending))
+                    pending = 0
+                if stream.stopped:
+                    finish = FinishReason.STOP
+                    break
+                if produced == budget:
+                    break  # no need to evaluate a token nothing will follow
+                self._check(request, cancel)
+                self.kv.append((token,), logits_last=True)
+            tail = stream.finish()
+            if tail:
+                send(Delta(rid, tail, pending))
+        finally:
+            sampler.close()
+        finished = time.perf_counter()
+        return Done(
+            request_id=rid,
+            finish_reason=finish,
+            prompt_tokens=len(prompt),
+            completion_tokens=produced,
+            cached_tokens=cached,
+            prompt_ms=(prefilled - started) * 1000.0,
+            generation_ms=(finished - prefilled) * 1000.0,
+        )
+
+    def _prompt(self, request: Generate) -> tuple[list[int], str, list[str]]:
+        """Return the prompt tokens, the parameter they came from, and the stop strings."""
+        stops = list(request.sampling.stop)
+        if (request.prompt is None) == (request.messages is None):
+            raise RequestFailed(ErrorCode.INVALID_REQUEST, "exactly one of prompt and messages must be given")
+        tokens: list[int] = []
+        what = "prompt"
+        if request.messages is not None:
+            if self._template is None:
+                raise RequestFailed(ErrorCode.INVALID_REQUEST, self._template_problem, "messages")
+            if not request.messages:
+                raise RequestFailed(ErrorCode.INVALID_REQUEST, "messages must not be empty", "messages")
+            try:
+                text = self._template.render(request.messages)
+            except ChatTemplateError as err:
+                raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), "messages") from err
+            # The template writes its own special tokens (BOS included, if it wants one),
+            # as llama-cpp-python's chat handler assumes.
+            tokens = self.model.tokenize(text, add_special=False)
+            if self._template.eos_token:
+                # Like llama-cpp-python: the EOS text also ends a chat answer when the
+                # model spells it out as ordinary tokens.
+                stops.append(self._template.eos_token)
+            what = "messages"
+        elif request.prompt is not None:
+            tokens = self.model.tokenize(request.prompt, add_special=True)
+        if not tokens:
+            if self.model.bos < 0:
+                raise RequestFailed(ErrorCode.INVALID_REQUEST, f"the {what} is empty", what)
+            tokens = [self.model.bos]  # something to compute the first logits from
+        return tokens, what, stops
+
+    def _budget(self, n_prompt: int, max_tokens: int | None, what: str) -> int:
+        """Return how many tokens may be generated; refuse what cannot fit the context."""
+        n_ctx = self.model.n_ctx
+        if n_prompt >= n_ctx:
+            raise RequestFailed(
+                ErrorCode.CONTEXT_LENGTH_EXCEEDED,
+                f"This model's maximum context length is {n_ctx} tokens, but the {what} "
+                f"has {n_prompt} tokens, which leaves no room for the completion. "
+                f"Please reduce the length of the {what}.",
+                what,
+            )
+        if max_tokens is None:
+            return n_ctx - n_prompt
+        if n_prompt + max_tokens > n_ctx:
+            raise RequestFailed(
+                ErrorCode.CONTEXT_LENGTH_EXCEEDED,
+                f"This model's maximum context length is {n_ctx} tokens, but the request needs "
+                f"{n_prompt + max_tokens} tokens ({n_prompt} in the {what}, {max_tokens} for the "
+                f"completion). Please reduce the length of the {what} or max_tokens.",
+                what,
+            )
+        return max(max_tokens, 0)
+
+    def _prefill(self, prompt: list[int], request: Generate, cancel: threading.Event) -> int:
+        """Bring the KV cache to ``prompt``; return how many tokens were already there."""
+        cached = self.kv.keep_prefix_of(prompt)
+        for start, end in prefill_chunks(cached, len(prompt), self.model.n_batch):
+            self._check(request, cancel)
+            self.kv.append(prompt[start:end], logits_last=end == len(prompt))
+        return cached
+
+    def _check(self, request: Generate, cancel: threading.Event) -> None:
+        """Stop before the next decode if the request was cancelled, timed out or must yield."""
+        if cancel.is_set():
+            raise RequestFailed(ErrorCode.CANCELLED, "the request was cancelled")
+        if self._shutting_down():
+            raise RequestFailed(ErrorCode.SHUTTING_DOWN, "the worker is shutting down; retry the request")
+        if self._clock() > request.deadline:
+            raise RequestFailed(ErrorCode.TIMEOUT, "the request did not finish before its deadline")

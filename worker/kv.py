@@ -1,0 +1,97 @@
+"""Keep the list of tokens in the KV cache and the cache itself in step.
+
+This is the only place that knows which tokens sit in the context's memory.
+Reusing the common prefix of consecutive requests is what llama.cpp's server
+does with ``cache_prompt``; a persistent prefix cache or speculative decoding
+will extend this class (restore a prefix, roll back rejected draft tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from worker.model import DecodeError, Model
+
+# llama.cpp evaluates a one-token batch with other kernels than a larger batch, and
+# the KV entries it writes differ in the last bits: a prompt whose final token was
+# evaluated alone then decodes differently (measured: greedy output diverged after
+# 20 tokens). Evaluating the prompt's tail in batches of at least two tokens keeps
+# the output identical whether a prefix came from a cache or was computed afresh.
+MIN_FRESH: Final = 2
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Return how many leading tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def reusable(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    """Return how many cached tokens a new prompt can keep.
+
+    The last MIN_FRESH prompt tokens are always evaluated again: sampling needs
+    fresh logits (the cache holds KV entries, not logits), and see MIN_FRESH.
+    """
+    return max(0, min(common_prefix(cached, prompt), len(prompt) - MIN_FRESH))
+
+
+def prefill_chunks(start: int, end: int, n_batch: int) -> list[tuple[int, int]]:
+    """Split prompt positions [start, end) into decode batches of at most ``n_batch``.
+
+    The last batch never holds a single token when more than one is to be read
+    (see MIN_FRESH): the one before it gives up a token instead.
+    """
+    chunks = [(i, min(i + n_batch, end)) for i in range(start, end, n_batch)]
+    if len(chunks) >= 2 and chunks[-1][1] - chunks[-1][0] < MIN_FRESH and n_batch >= MIN_FRESH:
+        (a, b), (_, d) = chunks[-2], chunks[-1]
+        cut = d - MIN_FRESH
+        chunks[-2:] = [(a, cut), (cut, d)]
+    return chunks
+
+
+class KvCache:
+    """The token sequence held in the model's KV cache (sequence 0)."""
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+        self._tokens: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        return tuple(self._tokens)
+
+    def keep_prefix_of(self, prompt: Sequence[int]) -> int:
+        """Drop everything but the reusable prefix of ``prompt``; return its length."""
+        keep = reusable(self._tokens, prompt)
+        if keep < len(self._tokens):
+            if not self._model.truncate(keep):
+                # Some caches (recurrent models) cannot cut a sequence in the middle.
+                self.reset()
+                return 0
+            del self._tokens[keep:]
+        return keep
+
+    def append(self, tokens: Sequence[int], logits_last: bool) -> None:
+        """Evaluate ``tokens`` (at most n_batch) after the cached ones.
+
+        On failure the cache is emptied, since llama.cpp may have kept part of the batch.
+        """
+        try:
+            self._model.decode(tokens, len(self._tokens), logits_last)
+        except DecodeError:
+            self.reset()
+            raise
+        self._tokens.extend(tokens)
+
+    def reset(self) -> None:
+        """Empty the KV cache and the token list."""
+        self._model.clear()
+        self._tokens.clear()

@@ -1,0 +1,132 @@
+"""Start a worker: ``python -m worker [--config FILE] --index N``.
+
+The main thread loads the model and runs the engine; the link thread talks to
+the dispatcher. One worker per core, each with its own context; the weights are
+memory-mapped, so they are shared through the page cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import Final
+
+import zmq
+
+from shared import logs
+from shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
+from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
+from shared.model_file import ModelFileError, model_alias, model_path
+from shared.protocol import Error, ErrorCode, Ready
+from worker.engine import Engine
+from worker.link import Link
+from worker.model import DecodeError, Model, ModelError
+
+log = logging.getLogger("worker")
+
+# How long the idle engine thread waits for a job before looking at the stop flag.
+POLL_S: Final = 0.1
+SHUTDOWN_MESSAGE: Final = "the worker is shutting down; retry the request"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Read the command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m worker",
+        description="Serve completions from one llama.cpp context, fed by the dispatcher.",
+    )
+    parser.add_argument(
+        "--config", metavar="FILE",
+        help=f"configuration file (default: ${CONFIG_PATH_ENV}, else built-in defaults)",
+    )
+    parser.add_argument("--index", type=int, default=0, metavar="N", help="this worker's number (for its id)")
+    return parser.parse_args(argv)
+
+
+def memory_summary() -> str:
+    """Describe this process's resident memory from /proc/self/status (Linux)."""
+    fields = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "RssFile"):
+                    fields[key] = int(value.split()[0]) // 1024
+    except (OSError, ValueError, IndexError):
+        return "rss unknown"
+    if len(fields) < 3:
+        return "rss unknown"
+    return f"rss {fields['VmRSS']} MiB ({fields['RssAnon']} MiB own, {fields['RssFile']} MiB shared file pages)"
+
+
+def load_model(config: Config) -> Model:
+    """Load the configured model; raise ModelFileError or ModelError with a clear message."""
+    path = model_path(config)
+    return Model(path, config.model.n_ctx, config.model.n_batch, config.workers.threads)
+
+
+def serve(engine: Engine, link: Link, stop: StopFlag) -> int:
+    """Run requests until the stop flag is set; return the exit code."""
+    while not stop.is_set:
+        if not link.alive:
+            log.error("the link to the dispatcher is down; exiting")
+            return 1
+        job = link.next_job(POLL_S)
+        if job is not None:
+            engine.run(job.request, link.send, job.cancel)
+    # Accepted but never started: tell the dispatcher rather than let them time out.
+    for job in link.drain_jobs():
+        link.send(Error(job.request.request_id, ErrorCode.SHUTTING_DOWN, SHUTDOWN_MESSAGE))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a worker until SIGTERM/SIGINT; return the process exit code."""
+    args = parse_args(argv)
+    try:
+        config = load(args.config or os.environ.get(CONFIG_PATH_ENV) or None)
+    except ConfigError as err:
+        logs.setup("worker", "info")
+        log.error("cannot start: %s", err)
+        return EXIT_BOOT_FAILURE
+    logs.setup("worker", config.logging.level)
+    stop = StopFlag()
+    stop.install()
+
+    started = time.perf_counter()
+    try:
+        model = load_model(config)
+    except (ModelFileError, ModelError) as err:
+        log.error("cannot load the model: %s", err)
+        return EXIT_BOOT_FAILURE
+    engine = Engine(model, shutting_down=lambda: stop.is_set)
+    try:
+        engine.warm_up()
+    except DecodeError as err:
+        log.error("cannot run the model: %s", err)
+        model.close()
+        return EXIT_BOOT_FAILURE
+    load_s = time.perf_counter() - started
+    log.info(
+        "loaded %s in %.2f s: n_ctx %d, n_batch %d, %d thread(s), %s",
+        model.path, load_s, model.n_ctx, model.n_batch, config.workers.threads, memory_summary(),
+    )
+
+    pid = os.getpid()
+    hello = Ready(worker_id=f"w{args.index}-{pid}", pid=pid, model=model_alias(config), n_ctx=model.n_ctx)
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    link = Link(context, config.backend_address, hello)
+    code = 1
+    try:
+        link.start()
+        log.info("worker %s serving for %s", hello.worker_id, config.backend_address)
+        code = serve(engine, link, stop)
+    finally:
+        link.close()
+        context.term()
+        model.close()
+    log.info("stopped")
+    return code

@@ -1,0 +1,210 @@
+"""Own one llama.cpp model and its context through the low-level C API.
+
+The high-level ``llama_cpp.Llama`` class is not used: it keeps an n_batch x n_vocab
+float32 logits buffer (100 MB at n_batch 512) in every process. Here the weights
+are memory-mapped, so N workers share them in the page cache, and the only
+per-process memory is the context (KV cache and compute buffers).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import llama_cpp
+
+log = logging.getLogger(__name__)
+
+SEQ_ID: Final = 0  # one sequence per worker: requests are served one at a time
+_PIECE_BUFFER: Final = 64
+
+# enum ggml_log_level (ggml.h; llama_cpp/_logger.py has an older numbering) -> logging.
+# Level 5 continues the previous line.
+_GGML_LEVELS: Final = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_GGML_CONT: Final = 5
+_llama_log = logging.getLogger("llama.cpp")
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+class ModelError(RuntimeError):
+    """The model or its context could not be created."""
+
+
+class DecodeError(RuntimeError):
+    """llama_decode failed; the KV cache content is no longer known."""
+
+
+@llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+def _forward_llama_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # llama.cpp prints hundreds of INFO lines per load; keep only warnings and errors.
+    if level == _GGML_CONT:
+        return
+    py_level = _GGML_LEVELS.get(level, logging.DEBUG)
+    if py_level >= logging.WARNING and _llama_log.isEnabledFor(py_level):
+        message = text.decode("utf-8", errors="replace").rstrip()
+        if message:
+            _llama_log.log(py_level, "%s", message)
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_log_set(_forward_llama_log, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+class Model:
+    """A loaded GGUF model with one context: tokenize, decode, read pieces."""
+
+    def __init__(self, path: Path, n_ctx: int, n_batch: int, threads: int) -> None:
+        """Load ``path`` (mmap) and create a context; ``n_ctx`` 0 = the training context."""
+        _init_backend()
+        self.path = path
+        self._model: Any = None
+        self._ctx: Any = None
+        self._batch: Any = None
+        self._batch_size = 0
+        if not os.access(path, os.R_OK):
+            raise ModelError(f"cannot read model file {path}")
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP
+        model_params.n_gpu_layers = 0
+        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
+        if not self._model:
+            self._model = None
+            raise ModelError(f"llama.cpp could not load {path} (not a GGUF model it supports?)")
+        try:
+            self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+            self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
+            self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(self._model)
+            self._create_context(n_ctx or self.n_ctx_train, n_batch, threads)
+        except BaseException:
+            self.close()
+            raise
+        self.bos: int = llama_cpp.llama_vocab_bos(self._vocab)
+        self.eos: int = llama_cpp.llama_vocab_eos(self._vocab)
+        self._pieces: dict[int, bytes] = {}
+
+    def _create_context(self, n_ctx: int, n_batch: int, threads: int) -> None:
+        # As llama_cpp.Llama does: a batch never exceeds the context.
+        n_batch = min(n_batch, n_ctx)
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = n_batch
+        params.n_seq_max = 1
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        # Llama's default too; "auto" may pick flash attention, which is slower on CPU here.
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self._ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            self._ctx = None
+            raise ModelError(f"llama.cpp could not create a context of {n_ctx} tokens (out of memory?)")
+        self.n_ctx: int = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_batch: int = n_batch
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._batch_size = n_batch
+
+    @property
+    def ctx(self) -> Any:
+        """The raw llama_context pointer, for the sampler."""
+        return self._ctx
+
+    # -- vocabulary ------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool) -> list[int]:
+        """Return the tokens of ``text``; special-token text (``<|im_start|>``) is parsed."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8  # a token covers at least one byte, plus BOS/EOS
+        tokens = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, True)
+        if n < 0:
+            capacity = -n
+            tokens = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, True)
+            if n < 0:
+                raise ModelError(f"tokenizing {len(data)} bytes failed ({n})")
+        return list(tokens[:n])
+
+    def piece(self, token: int) -> bytes:
+        """Return the bytes a token stands for in output text (special tokens: empty)."""
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(_PIECE_BUFFER)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, _PIECE_BUFFER, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
+        data = buf.raw[: max(n, 0)]
+        self._pieces[token] = data
+        return data
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, <|im_end|>...)."""
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def token_text(self, token: int) -> str:
+        """Return a token's vocabulary text ("" for -1), e.g. "<|im_end|>"."""
+        if token < 0:
+            return ""
+        raw: bytes = llama_cpp.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        """Return the GGUF's default chat template (``tokenizer.chat_template``), if any."""
+        raw: bytes | None = llama_cpp.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    # -- KV cache ----------------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int], start: int, logits_last: bool) -> None:
+        """Evaluate ``tokens`` at positions ``start...`` (at most n_batch of them)."""
+        n = len(tokens)
+        if not 0 < n <= self._batch_size:
+            raise ValueError(f"decode takes 1 to {self._batch_size} tokens, got {n}")
+        batch = self._batch
+        batch.n_tokens = n
+        token, pos, n_seq_id, seq_id, logits = (
+            batch.token, batch.pos, batch.n_seq_id, batch.seq_id, batch.logits,
+        )
+        for i, tok in enumerate(tokens):
+            token[i] = tok
+            pos[i] = start + i
+            n_seq_id[i] = 1
+            seq_id[i][0] = SEQ_ID
+            logits[i] = False
+        logits[n - 1] = logits_last
+        rc = llama_cpp.llama_decode(self._ctx, batch)
+        if rc != 0:
+            raise DecodeError(f"llama_decode returned {rc} for {n} tokens at position {start}")
+
+    def truncate(self, length: int) -> bool:
+        """Drop KV cells from position ``length`` on; False if the cache cannot do that."""
+        return bool(llama_cpp.llama_memory_seq_rm(self._memory, SEQ_ID, length, -1))
+
+    def clear(self) -> None:
+        """Empty the KV cache."""
+        llama_cpp.llama_memory_clear(self._memory, True)
+
+    def close(self) -> None:
+        """Free the batch, the context and the model (idempotent)."""
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx is not None:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model is not None:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
