@@ -102,11 +102,13 @@ def main() -> None:
             for _ in range(args.rounds):
                 for topic in TOPICS:
                     # Alternate which side goes first, so drift hits both alike.
-                    pair = [(stack, lambda p: through_stack(server, p, eos)), (local, lambda p: in_process(llama, p, eos))]
-                    if n % 2:
-                        pair.reverse()
-                    for results, run in pair:
-                        results.append(run(prompt_for(n, topic)))
+                    sides = ["stack", "local"] if n % 2 == 0 else ["local", "stack"]
+                    for side in sides:
+                        prompt = prompt_for(n, topic)
+                        if side == "stack":
+                            stack.append(through_stack(server, prompt, eos))
+                        else:
+                            local.append(in_process(llama, prompt, eos))
                         n += 1
         finally:
             server.stop()

@@ -187,9 +187,7 @@ class Status:
     running: int
 
 
-Message = Union[
-    Ready, Heartbeat, Disconnect, Generate, Delta, Done, Error, Cancel, StatusQuery, Status
-]
+Message = Ready | Heartbeat | Disconnect | Generate | Delta | Done | Error | Cancel | StatusQuery | Status
 
 _CLASSES: Final[dict[Kind, type[Any]]] = {
     cls.KIND: cls for cls in typing.get_args(Message)
@@ -266,7 +264,7 @@ def _from_wire(tp: Any, value: Any, where: str) -> Any:
         items = typing.get_args(tp)
         if not isinstance(value, list) or len(value) != len(items):
             raise ProtocolError(f"{where}: expected a {len(items)}-item array")
-        return tuple(_from_wire(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(items, value)))
+        return tuple(_from_wire(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(items, value, strict=True)))
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         try:
             return tp(value)

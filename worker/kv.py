@@ -48,9 +48,9 @@ def prefill_chunks(start: int, end: int, n_batch: int) -> list[tuple[int, int]]:
     """
     chunks = [(i, min(i + n_batch, end)) for i in range(start, end, n_batch)]
     if len(chunks) >= 2 and chunks[-1][1] - chunks[-1][0] < MIN_FRESH and n_batch >= MIN_FRESH:
-        (a, b), (_, d) = chunks[-2], chunks[-1]
-        cut = d - MIN_FRESH
-        chunks[-2:] = [(a, cut), (cut, d)]
+        first, last = chunks[-2][0], chunks[-1][1]
+        cut = last - MIN_FRESH
+        chunks[-2:] = [(first, cut), (cut, last)]
     return chunks
 
 
