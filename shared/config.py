@@ -63,6 +63,33 @@ def _choice(*options: str) -> Callable[[str], str]:
     return parse
 
 
+_SIZE_UNITS: Final = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+                      "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def _size(text: str) -> int:
+    """Parse a byte size such as ``20GB``, ``512MiB`` or ``1000000``."""
+    value = text.strip().upper().replace(" ", "")
+    number = value.rstrip("KMGTIB")
+    unit = value[len(number):]
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = -1.0
+    if unit not in _SIZE_UNITS or not amount >= 0:
+        raise ValueError("a size in bytes such as 20GB, 512MiB or 1000000")
+    return int(amount * _SIZE_UNITS[unit])
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "yes", "on", "1"):
+        return True
+    if value in ("false", "no", "off", "0"):
+        return False
+    raise ValueError("true or false")
+
+
 def _text(text: str) -> str:
     return text.strip()
 
@@ -117,6 +144,20 @@ SCHEMA: Final[dict[str, dict[str, Key]]] = {
         "chat_max_tokens": Key(_int(0), "0"),
         "completion_max_tokens": Key(_int(0), "16"),
     },
+    "memory": {
+        "kv_type": Key(_choice("f16", "q8_0", "q4_0"), "f16"),
+    },
+    "cache": {
+        "enabled": Key(_bool, "true"),
+        "dir": Key(_text, ""),
+        "max_size": Key(_size, "20GB"),
+        "min_free": Key(_size, "1GB"),
+        "block_tokens": Key(_int(1, 4096), "64"),
+        "min_tokens": Key(_int(1), "256"),
+        "compression_level": Key(_int(-7, 19), "1"),
+        "timeout": Key(_float(0.01), "1.0"),
+        "address": Key(_address, ""),
+    },
     "logging": {
         "level": Key(_choice("debug", "info", "warning", "error"), "info"),
     },
@@ -169,6 +210,24 @@ class SamplingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class MemoryConfig:
+    kv_type: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheConfig:
+    enabled: bool
+    dir: str
+    max_size: int
+    min_free: int
+    block_tokens: int
+    min_tokens: int
+    compression_level: int
+    timeout: float
+    address: str
+
+
+@dataclasses.dataclass(frozen=True)
 class LoggingConfig:
     level: str
 
@@ -180,6 +239,8 @@ class Config:
     workers: WorkersConfig
     dispatcher: DispatcherConfig
     sampling: SamplingConfig
+    memory: MemoryConfig
+    cache: CacheConfig
     logging: LoggingConfig
     source: str  # the file it came from, or "(defaults)"
 
@@ -199,6 +260,18 @@ class Config:
         return self.dispatcher.backend or f"ipc://{self.run_dir}/backend.ipc"
 
     @property
+    def cache_address(self) -> str:
+        return self.cache.address or f"ipc://{self.run_dir}/cache.ipc"
+
+    @property
+    def cache_dir(self) -> Path:
+        """The store's directory: cache.dir, else $XDG_CACHE_HOME/reame/kv (~/.cache/reame/kv)."""
+        if self.cache.dir:
+            return Path(self.cache.dir).expanduser()
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "reame" / "kv"
+
+    @property
     def worker_count(self) -> int:
         return self.workers.count or len(os.sched_getaffinity(0))
 
@@ -209,6 +282,8 @@ _SECTION_CLASSES: Final[dict[str, type[Any]]] = {
     "workers": WorkersConfig,
     "dispatcher": DispatcherConfig,
     "sampling": SamplingConfig,
+    "memory": MemoryConfig,
+    "cache": CacheConfig,
     "logging": LoggingConfig,
 }
 

@@ -11,6 +11,11 @@ Who sends what::
     gateway  <--Delta/Done/Error/Status/Heartbeat--  dispatcher  <--Delta/Done/Error--  worker
     worker   --Ready/Heartbeat/Disconnect-->  dispatcher  --Heartbeat-->  worker
 
+    worker   --CacheLookup-->  cachekeeper  --CacheMiss | CacheHit + CacheChunk...-->  worker
+    worker   --CachePut + CacheChunk...-->  cachekeeper  --CacheStored-->  worker
+    worker   --CacheCorrupt-->  cachekeeper
+    cli      --CacheAdmin-->  cachekeeper  --CacheReport-->  cli
+
 Bad wire data becomes a :class:`ProtocolError` at the edge; the receiver logs it
 and drops the message, it never crashes on it.
 """
@@ -48,6 +53,15 @@ class Kind(enum.IntEnum):
     CANCEL = 8
     STATUS_QUERY = 9
     STATUS = 10
+    CACHE_LOOKUP = 11
+    CACHE_MISS = 12
+    CACHE_HIT = 13
+    CACHE_CHUNK = 14
+    CACHE_PUT = 15
+    CACHE_STORED = 16
+    CACHE_CORRUPT = 17
+    CACHE_ADMIN = 18
+    CACHE_REPORT = 19
 
 
 class ErrorCode(enum.StrEnum):
@@ -126,6 +140,9 @@ class Generate:
     """One completion: exactly one of ``prompt`` (raw text) or ``messages`` (chat).
 
     ``deadline`` is a Unix time; past it the request ends with ``TIMEOUT``.
+    ``cache`` False keeps this request away from the persistent KV cache (no lookup,
+    no save). ``warm`` asks only to read the prompt and store its KV state: no tokens
+    are generated, and Done comes once the state is stored (or refused).
     """
 
     KIND: ClassVar[Kind] = Kind.GENERATE
@@ -134,6 +151,8 @@ class Generate:
     deadline: float
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
+    cache: bool = True
+    warm: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -153,9 +172,10 @@ class Done:
     finish_reason: FinishReason
     prompt_tokens: int
     completion_tokens: int
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose KV state was reused, not computed
     prompt_ms: float = 0.0  # time spent reading the prompt
     generation_ms: float = 0.0  # time from the first to the last token
+    cache_saved: bool = False  # for warm requests: the prompt's state is in the store
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -187,7 +207,117 @@ class Status:
     running: int
 
 
-Message = Ready | Heartbeat | Disconnect | Generate | Delta | Done | Error | Cancel | StatusQuery | Status
+@dataclasses.dataclass(frozen=True, slots=True)
+class CacheLookup:
+    """Ask for the stored entry sharing the longest prefix with these block hashes.
+
+    ``blocks`` is ``shared.prefix.block_hashes(fingerprint, prompt, block_tokens)``.
+    """
+
+    KIND: ClassVar[Kind] = Kind.CACHE_LOOKUP
+    request_id: str
+    fingerprint: str  # hex
+    blocks: list[bytes]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CacheMiss:
+    KIND: ClassVar[Kind] = Kind.CACHE_MISS
+    request_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CacheHit:
+    """An entry follows as CacheChunks; ``header`` is its encoded entry header.
+
+    ``matched_tokens`` is how many leading tokens the block hashes vouch for; the
+    worker may extend the match token by token with the header's token ids.
+    """
+
+    KIND: ClassVar[Kind] = Kind.CACHE_HIT
+    request_id: str
+    key: str
+    header: bytes
+    matched_tokens: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CacheChunk:
+    """A piece of a state blob: compressed when read, raw when saved."""
+
+    KIND: ClassVar[Kind] = Kind.CACHE_CHUNK
+    request_id: str
+    data: bytes
+    last: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CachePut:
+    """Store the raw KV state of ``tokens``, sent next as CacheChunks of ``raw_len`` bytes."""
+
+    KIND: ClassVar[Kind] = Kind.CACHE_PUT
+    request_id: str
+    fingerprint: str  # hex
+    kv_type: str
+    tokens: list[int]
+    raw_len: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CacheStored:
+    """The outcome of a CachePut: ``stored``, or the reason it was not."""
+
+    KIND: ClassVar[Kind] = Kind.CACHE_STORED
+    request_id: str
+    stored: bool
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CacheCorrupt:
+    """A worker found an entry it was sent unusable: delete it."""
+
+    KIND: ClassVar[Kind] = Kind.CACHE_CORRUPT
+    key: str
+    reason: str
+
+
+class CacheCommand(enum.StrEnum):
+    STATS = "stats"
+    VERIFY = "verify"
+    PURGE = "purge"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CacheAdmin:
+    KIND: ClassVar[Kind] = Kind.CACHE_ADMIN
+    request_id: str
+    command: CacheCommand
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CacheReport:
+    """The store's counters after an admin command; ``removed`` lists deleted entry keys."""
+
+    KIND: ClassVar[Kind] = Kind.CACHE_REPORT
+    request_id: str
+    entries: int
+    bytes: int
+    max_bytes: int
+    hits: int
+    misses: int
+    evictions: int
+    corrupt: int
+    bytes_read: int
+    bytes_written: int
+    removed: list[str] = dataclasses.field(default_factory=list)
+
+
+Message = (
+    Ready | Heartbeat | Disconnect | Generate | Delta | Done | Error | Cancel | StatusQuery | Status
+    | CacheLookup | CacheMiss | CacheHit | CacheChunk | CachePut | CacheStored | CacheCorrupt
+    | CacheAdmin | CacheReport
+)
 
 _CLASSES: Final[dict[Kind, type[Any]]] = {
     cls.KIND: cls for cls in typing.get_args(Message)
@@ -276,6 +406,10 @@ def _from_wire(tp: Any, value: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ProtocolError(f"{where}: expected a number, got {type(value).__name__}")
         return float(value)
+    if tp is bytes:
+        if not isinstance(value, bytes):
+            raise ProtocolError(f"{where}: expected bytes, got {type(value).__name__}")
+        return value
     if tp in (int, str, bool):
         if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
             raise ProtocolError(f"{where}: expected {tp.__name__}, got {type(value).__name__}")

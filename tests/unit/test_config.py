@@ -75,3 +75,17 @@ def test_addresses_default_to_ipc_in_a_per_port_run_dir() -> None:
     assert "8123" in loaded.frontend_address
     assert loaded.frontend_address != loaded.backend_address
     assert loaded.worker_count >= 1
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("20GB", 20 * 10**9), ("512MiB", 512 * 2**20), ("1000000", 10**6), ("1.5 GB", 1_500_000_000), ("0", 0)],
+)
+def test_sizes_take_units(text: str, size: int) -> None:
+    assert config.load(None, environ={"REAME_CACHE_MAX_SIZE": text}).cache.max_size == size
+
+
+@pytest.mark.parametrize("text", ["lots", "20XB", "-1GB", "GB"])
+def test_bad_sizes_are_rejected(text: str) -> None:
+    with pytest.raises(config.ConfigError, match="REAME_CACHE_MAX_SIZE"):
+        config.load(None, environ={"REAME_CACHE_MAX_SIZE": text})

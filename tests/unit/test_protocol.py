@@ -29,6 +29,16 @@ MESSAGES: list[p.Message] = [
     p.Cancel(request_id="r1"),
     p.StatusQuery(),
     p.Status(workers=2, idle_workers=1, queued=0, running=1),
+    p.CacheLookup(request_id="c1", fingerprint="ab12", blocks=[b"\x00" * 16, b"\xff" * 16]),
+    p.CacheMiss(request_id="c1"),
+    p.CacheHit(request_id="c1", key="ff" * 16, header=b"REAMEKV\0...", matched_tokens=128),
+    p.CacheChunk(request_id="c1", data=bytes(range(256)), last=True),
+    p.CachePut(request_id="c2", fingerprint="ab12", kv_type="f16", tokens=[1, 2, 3], raw_len=99),
+    p.CacheStored(request_id="c2", stored=False, reason="too_big"),
+    p.CacheCorrupt(key="ff" * 16, reason="payload checksum mismatch"),
+    p.CacheAdmin(request_id="a1", command=p.CacheCommand.VERIFY),
+    p.CacheReport(request_id="a1", entries=3, bytes=10, max_bytes=20, hits=1, misses=2, evictions=0,
+                  corrupt=1, bytes_read=5, bytes_written=6, removed=["ff" * 16]),
 ]
 
 
@@ -66,6 +76,8 @@ def _payload(version: object, kind: object, body: object) -> bytes:
          "2-item array"),
         (_payload(p.PROTOCOL_VERSION, int(p.Kind.GENERATE),
                   {"request_id": "x", "deadline": "soon", "sampling": {}}), "expected a number"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CACHE_CHUNK), {"request_id": "x", "data": "text", "last": True}),
+         "expected bytes"),
     ],
 )
 def test_bad_payloads_are_protocol_errors(payload: bytes, fragment: str) -> None:
