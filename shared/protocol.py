@@ -222,6 +222,8 @@ class CacheLookup:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CacheMiss:
+    """No entry shares a block with the lookup; sent after a CacheHit, it aborts that transfer."""
+
     KIND: ClassVar[Kind] = Kind.CACHE_MISS
     request_id: str
 
