@@ -192,9 +192,8 @@ def _read_exact(fd: int, size: int, offset: int, what: str) -> bytes:
     return data
 
 
-def _read_header(fd: int) -> tuple[EntryHeader, int]:
-    """Read and check the header of an open entry file; return it and the payload offset."""
-    fixed = _read_exact(fd, _FIXED.size, 0, "fixed header")
+def _fixed_header(fixed: bytes) -> tuple[int, int]:
+    """Check the fixed header's magic, version and flags; return the header's length and CRC."""
     magic, version, flags, header_len, header_crc = _FIXED.unpack(fixed)
     if magic != MAGIC:
         raise CorruptEntry(f"bad magic {magic!r}")
@@ -202,14 +201,32 @@ def _read_header(fd: int) -> tuple[EntryHeader, int]:
         raise CorruptEntry(f"unsupported format version {version} (this reader knows {FORMAT_VERSION})")
     if flags != 0 or header_len > MAX_HEADER_BYTES:
         raise CorruptEntry(f"bad fixed header (flags {flags}, header length {header_len})")
-    body = _read_exact(fd, header_len, _FIXED.size, "header")
+    return int(header_len), int(header_crc)
+
+
+def decode_header(data: bytes) -> EntryHeader:
+    """Parse and check the bytes :meth:`EntryHeader.encode` produced; raise CorruptEntry if bad."""
+    if len(data) < _FIXED.size:
+        raise CorruptEntry(f"truncated fixed header: {len(data)} of {_FIXED.size} bytes")
+    fixed = data[: _FIXED.size]
+    header_len, header_crc = _fixed_header(fixed)
+    if len(data) != _FIXED.size + header_len:
+        raise CorruptEntry(f"header is {len(data) - _FIXED.size} bytes, the fixed header says {header_len}")
+    body = data[_FIXED.size :]
     if zlib.crc32(body, zlib.crc32(fixed[: _FIXED_CRC_COVERED.size])) != header_crc:
         raise CorruptEntry("header checksum mismatch")
     try:
         fields = msgpack.unpackb(body, raw=False, strict_map_key=True)
     except (ValueError, TypeError, msgpack.UnpackException) as err:
         raise CorruptEntry(f"header is not valid msgpack: {err}") from err
-    header = _header_from_map(fields)
+    return _header_from_map(fields)
+
+
+def _read_header(fd: int) -> tuple[EntryHeader, int]:
+    """Read and check the header of an open entry file; return it and the payload offset."""
+    fixed = _read_exact(fd, _FIXED.size, 0, "fixed header")
+    header_len, _crc = _fixed_header(fixed)
+    header = decode_header(fixed + _read_exact(fd, header_len, _FIXED.size, "header"))
     offset = _FIXED.size + header_len
     size = os.fstat(fd).st_size
     if size < offset + header.payload_len:

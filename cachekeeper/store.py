@@ -348,12 +348,18 @@ class Store:
             self._counts["corrupt"] += 1
             return True
 
-    def verify(self) -> list[Corruption]:
-        """Check every entry's checksums; delete the bad ones and return what was wrong."""
+    def verify(self, stop: Callable[[], bool] = lambda: False) -> list[Corruption]:
+        """Check every entry's checksums; delete the bad ones and return what was wrong.
+
+        ``stop`` is asked before each entry: a big store takes minutes, and a
+        shutdown should not wait for all of it.
+        """
         with self._lock:
             rows = self._index.rows()
         bad: list[Corruption] = []
         for row in rows:
+            if stop():
+                break
             try:
                 header = entry.check_entry(self.directory / row.file)
                 reason = None if header.key() == row.key else "file name does not match the tokens in its header"
@@ -365,6 +371,11 @@ class Store:
                 bad.append(Corruption(row.key, reason))
                 self.delete(row.key, reason)
         return bad
+
+    def keys(self) -> list[str]:
+        """Return the keys of every stored entry."""
+        with self._lock:
+            return [row.key for row in self._index.rows()]
 
     def purge(self) -> int:
         """Delete every stored entry (open readers keep their file); return how many."""

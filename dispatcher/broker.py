@@ -17,9 +17,8 @@ from typing import Final
 
 import zmq
 
-from dispatcher import endpoints
 from dispatcher.scheduler import Dest, Scheduler, Send
-from shared import protocol
+from shared import endpoints, protocol
 from shared.lifecycle import StopFlag
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,16 @@ from gateway import errors
 from gateway.client import ClientGone, Dispatcher
 from gateway.errors import APIError
 from gateway.requestlog import LogMiddleware, request_log
-from gateway.resources import ChatCompletions, Completions, Health, Models, Ready, Settings, send_json
+from gateway.resources import (
+    CacheWarm,
+    ChatCompletions,
+    Completions,
+    Health,
+    Models,
+    Ready,
+    Settings,
+    send_json,
+)
 from gateway.streams import CLIENT_GONE_STATUS
 from shared.config import Config
 from shared.model_file import model_alias
@@ -70,6 +79,7 @@ def create_app(config: Config, dispatcher: Dispatcher | None = None) -> falcon.A
 
     app.add_route("/v1/chat/completions", ChatCompletions(settings, dispatcher))
     app.add_route("/v1/completions", Completions(settings, dispatcher))
+    app.add_route("/v1/cache/warm", CacheWarm(settings, dispatcher))
     models = Models(settings)
     app.add_route("/v1/models", models)
     app.add_route("/v1/models/{model_id:path}", models, suffix="one")

@@ -117,10 +117,14 @@ class _Generation:
         *,
         prompt: str | None = None,
         messages: list[ChatMessage] | None = None,
+        options: validation.Options = validation.DEFAULT_OPTIONS,
+        warm: bool = False,
     ) -> Call:
         deadline = time.time() + self.settings.request_timeout
         return self.dispatcher.open(
-            protocol.Generate(request_id, sampling, deadline, prompt=prompt, messages=messages),
+            protocol.Generate(
+                request_id, sampling, deadline, prompt=prompt, messages=messages, cache=options.cache, warm=warm
+            ),
             disconnect_probe(req.env),
         )
 
@@ -142,7 +146,7 @@ class ChatCompletions(_Generation):
         request = validation.parse_chat(read_json(req, s.max_body_bytes), s.sampling)
         record = request_log(req)
         record.request_id = response_id = responses.new_id(responses.CHAT_ID_PREFIX)
-        call = self.open(req, response_id, request.sampling, messages=request.messages)
+        call = self.open(req, response_id, request.sampling, messages=request.messages, options=request.options)
         first = self.first(call, req)
         meta = Meta(response_id, int(time.time()), s.model, request.include_usage)
         if request.stream:
@@ -167,7 +171,7 @@ class Completions(_Generation):
 
         def open_call(index: int) -> Call:
             call_id = response_id if len(prompts) == 1 else f"{response_id}-{index}"
-            return self.open(req, call_id, request.sampling, prompt=prompts[index])
+            return self.open(req, call_id, request.sampling, prompt=prompts[index], options=request.options)
 
         call = open_call(0)
         first = self.first(call, req)
@@ -186,6 +190,26 @@ class Completions(_Generation):
             choices.append(Choice(index, prompt + text if request.echo else text, done.finish_reason.value))
             usage += Usage.from_done(done)
         send_json(resp, responses.text_completion(response_id, meta.created, s.model, choices, usage))
+
+
+class CacheWarm(_Generation):
+    """POST /v1/cache/warm: read a prompt and store its KV state, generating nothing.
+
+    For loading documents ahead of the questions about them: send the document as the
+    start of later prompts (e.g. the system message); those questions then reuse it.
+    """
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        s = self.settings
+        request = validation.parse_warm(read_json(req, s.max_body_bytes))
+        record = request_log(req)
+        record.request_id = warm_id = responses.new_id(responses.WARM_ID_PREFIX)
+        sampling = SamplingParams(max_tokens=1)  # unused: a warm request samples nothing
+        call = self.open(req, warm_id, sampling, prompt=request.prompt, messages=request.messages, warm=True)
+        first = self.first(call, req)
+        with call:
+            _, done = collect(call, first, record)
+        send_json(resp, responses.cache_warm(warm_id, int(time.time()), s.model, done))
 
 
 class Models:

@@ -14,6 +14,7 @@ from shared.protocol import Done
 
 CHAT_ID_PREFIX: Final = "chatcmpl-"
 COMPLETION_ID_PREFIX: Final = "cmpl-"
+WARM_ID_PREFIX: Final = "warm-"
 OWNED_BY: Final = "reame"
 
 Json = dict[str, Any]
@@ -62,6 +63,21 @@ class Choice:
     index: int
     text: str
     finish_reason: str
+
+
+def cache_warm(warm_id: str, created: int, model: str, done: Done) -> Json:
+    """Return the answer to POST /v1/cache/warm."""
+    return {
+        "id": warm_id,
+        "object": "cache.warm",
+        "created": created,
+        "model": model,
+        "cached": done.cache_saved,
+        "usage": {
+            "prompt_tokens": done.prompt_tokens,
+            "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
+        },
+    }
 
 
 def chat_completion(

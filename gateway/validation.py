@@ -12,8 +12,8 @@ Pure: no sockets, no Falcon. Rules, following the OpenAI API:
 - Booleans are not numbers; numbers must be finite; integers must fit the wire.
 - ``model`` must be a string if present; any name is accepted (like llama.cpp's
   server) and responses always name the model that is loaded.
-- ``reame`` (object) holds reame's own switches; it has no keys yet, so any key in
-  it is a 400.
+- ``reame`` (object) holds reame's own switches: ``cache`` (boolean, default true:
+  use the persistent KV cache). Any other key in it is a 400.
 """
 
 from __future__ import annotations
@@ -33,7 +33,17 @@ MAX_INT32: Final = 2**31 - 1
 # msgpack carries signed and unsigned 64-bit integers, nothing wider.
 SEED_RANGE: Final = (-(2**63), 2**64 - 1)
 EXTENSION_FIELD: Final = "reame"
-EXTENSION_KEYS: Final[frozenset[str]] = frozenset()
+EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"cache"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """reame's own per-request switches, from the ``reame`` object."""
+
+    cache: bool = True
+
+
+DEFAULT_OPTIONS: Final = Options()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +52,7 @@ class ChatRequest:
     sampling: SamplingParams
     stream: bool = False
     include_usage: bool = False
+    options: Options = DEFAULT_OPTIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,12 +62,21 @@ class CompletionRequest:
     stream: bool = False
     include_usage: bool = False
     echo: bool = False
+    options: Options = DEFAULT_OPTIONS
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmRequest:
+    """POST /v1/cache/warm: a raw prompt or chat messages to read and store, no generation."""
+
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
 
 
 def parse_chat(body: object, defaults: SamplingConfig) -> ChatRequest:
     """Validate a /v1/chat/completions body."""
     fields = _object(body)
-    _check_common(fields)
+    options = _check_common(fields)
     if fields.get("logprobs") is not None and fields.get("logprobs") is not False:
         raise _unsupported("logprobs", "logprobs are not supported")
     _absent(fields, "top_logprobs", "logprobs are not supported")
@@ -78,13 +98,14 @@ def parse_chat(body: object, defaults: SamplingConfig) -> ChatRequest:
         sampling=_sampling(fields, defaults.chat_max_tokens, defaults),
         stream=stream,
         include_usage=include_usage,
+        options=options,
     )
 
 
 def parse_completion(body: object, defaults: SamplingConfig) -> CompletionRequest:
     """Validate a /v1/completions body."""
     fields = _object(body)
-    _check_common(fields)
+    options = _check_common(fields)
     _absent(fields, "logprobs", "logprobs are not supported")
     if fields.get("best_of") not in (None, 1) or isinstance(fields.get("best_of"), bool):
         raise _unsupported("best_of", "only best_of 1 is supported")
@@ -98,10 +119,22 @@ def parse_completion(body: object, defaults: SamplingConfig) -> CompletionReques
         stream=stream,
         include_usage=include_usage,
         echo=bool(echo),
+        options=options,
     )
 
 
-def _check_common(fields: dict[str, Any]) -> None:
+def parse_warm(body: object) -> WarmRequest:
+    """Validate a /v1/cache/warm body: exactly one of ``prompt`` (string) or ``messages``."""
+    fields = _object(body)
+    prompt, messages = fields.get("prompt"), fields.get("messages")
+    if (prompt is None) == (messages is None):
+        raise invalid("prompt", "give exactly one of prompt (a string) or messages", "missing_required_parameter")
+    if prompt is not None:
+        return WarmRequest(prompt=_text(prompt, "prompt"))
+    return WarmRequest(messages=_messages(messages))
+
+
+def _check_common(fields: dict[str, Any]) -> Options:
     model = fields.get("model")
     if model is not None and not isinstance(model, str):
         raise invalid("model", "model must be a string", "invalid_type")
@@ -109,10 +142,14 @@ def _check_common(fields: dict[str, Any]) -> None:
     if n is not None and (isinstance(n, bool) or n != 1):
         raise _unsupported("n", "only n 1 is supported")
     extension = fields.get(EXTENSION_FIELD)
-    if extension is not None:
-        for key in _object(extension, EXTENSION_FIELD):
-            if key not in EXTENSION_KEYS:
-                raise invalid(f"{EXTENSION_FIELD}.{key}", f"unknown reame option {key!r}", "unknown_parameter")
+    if extension is None:
+        return Options()
+    switches = _object(extension, EXTENSION_FIELD)
+    for key in switches:
+        if key not in EXTENSION_KEYS:
+            raise invalid(f"{EXTENSION_FIELD}.{key}", f"unknown reame option {key!r}", "unknown_parameter")
+    cache = _boolean(switches, "cache", f"{EXTENSION_FIELD}.cache")
+    return Options(cache=True if cache is None else cache)
 
 
 def _stream(fields: dict[str, Any]) -> tuple[bool, bool]:
@@ -300,10 +337,11 @@ def _or(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
-def _boolean(fields: dict[str, Any], name: str) -> bool | None:
+def _boolean(fields: dict[str, Any], name: str, where: str | None = None) -> bool | None:
     value = fields.get(name)
     if value is not None and not isinstance(value, bool):
-        raise invalid(name, f"{name} must be a boolean", "invalid_type")
+        where = where or name
+        raise invalid(where, f"{where} must be a boolean", "invalid_type")
     return value
 
 

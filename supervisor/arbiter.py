@@ -1,12 +1,13 @@
 """`reame serve`: start every process and keep them running, as gunicorn's arbiter does.
 
-The dispatcher starts first, then the workers, then the gateway; they stop in
-the reverse order. Signal handlers only record the signal and wake the main
-loop through a pipe; the loop reaps children with ``waitpid(-1, WNOHANG)`` and
-restarts the dead ones after an exponential backoff. The "serving" line is
-logged once the gateway's port accepts connections. A child that exits with
-``EXIT_BOOT_FAILURE`` cannot start at all (bad config, missing model, address
-in use): restarting it would only loop, so reame stops and says which child.
+The dispatcher starts first, then the cachekeeper (when the cache is enabled),
+then the workers, then the gateway; they stop in the reverse order. Signal
+handlers only record the signal and wake the main loop through a pipe; the
+loop reaps children with ``waitpid(-1, WNOHANG)`` and restarts the dead ones
+after an exponential backoff. The "serving" line is logged once the gateway's
+port accepts connections. A child that exits with ``EXIT_BOOT_FAILURE`` cannot
+start at all (bad config, missing model, address in use): restarting it would
+only loop, so reame stops and says which child.
 """
 
 from __future__ import annotations
@@ -61,10 +62,12 @@ class ChildSpec:
 
 
 def child_specs(config: Config, config_path: str | None, python: str = sys.executable) -> list[ChildSpec]:
-    """Build the command lines of the dispatcher, the workers and the gateway, in start order."""
+    """Build the command lines of the dispatcher, the cachekeeper, the workers and the gateway, in start order."""
     common = ("--config", config_path) if config_path else ()
+    cachekeeper = ChildSpec("cachekeeper", None, (python, "-m", "cachekeeper", *common))
     return [
         ChildSpec("dispatcher", None, (python, "-m", "dispatcher", *common)),
+        *([cachekeeper] if config.cache.enabled else []),
         *(
             ChildSpec("worker", i, (python, "-m", "worker", *common, "--index", str(i)))
             for i in range(config.worker_count)

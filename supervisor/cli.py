@@ -59,6 +59,42 @@ def _delegate(module: str) -> Run:
     return run
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _cache_arguments(parser: argparse.ArgumentParser) -> None:
+    _config_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    parser.add_argument(
+        "--timeout", metavar="SECONDS", type=_seconds,
+        help="how long to wait for the running cachekeeper (default: 5 for stats, 60 for purge, 3600 for verify)",
+    )
+
+
+def _cache(command: str) -> Run:
+    """Run one `reame cache` command, importing the cache modules (and zmq) only now."""
+
+    def run(args: argparse.Namespace) -> int:
+        from cachekeeper import admin
+        from shared.protocol import CacheCommand
+
+        try:
+            config = load(args.config)
+        except ConfigError as err:
+            print(f"reame: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        return admin.run(config, CacheCommand(command), json_output=args.json, timeout=args.timeout)
+
+    return run
+
+
 def _serve(args: argparse.Namespace) -> int:
     from supervisor.arbiter import serve
 
@@ -92,6 +128,8 @@ def render_config(config: Config) -> str:
         f"# run directory: {config.run_dir}",
         f"# dispatcher frontend: {config.frontend_address}",
         f"# dispatcher backend: {config.backend_address}",
+        f"# cache directory: {config.cache_dir}",
+        f"# cachekeeper address: {config.cache_address}",
         f"# worker processes: {config.worker_count}",
     ]
     return "\n".join(lines) + "\n"
@@ -102,6 +140,13 @@ COMMANDS: Final[tuple[Command, ...]] = (
     Command("dispatcher", "run only the dispatcher", _delegate("dispatcher.main")),
     Command("worker", "run only one worker", _delegate("worker.main"), _worker_arguments),
     Command("gateway", "run only the HTTP gateway", _delegate("gateway.main")),
+    Command("cachekeeper", "run only the cachekeeper (the persistent KV cache)", _delegate("cachekeeper.main")),
+    Command("cache", "inspect or clean the persistent KV cache", subcommands=(
+        Command("stats", "print entries, size, hit rate and the other counters", _cache("stats"), _cache_arguments),
+        Command("verify", "check every entry's checksums and delete the bad ones (exit 1 if any)",
+                _cache("verify"), _cache_arguments),
+        Command("purge", "delete every entry", _cache("purge"), _cache_arguments),
+    )),
     Command("config", "inspect the configuration", subcommands=(
         Command("check", "print the effective configuration, or what is wrong with it", _config_check),
     )),

@@ -70,7 +70,22 @@ def alive(pid: int) -> bool:
 class Server:
     proc: subprocess.Popen[bytes]
     port: int
-    log_path: Path
+    tmp: Path
+
+    @property
+    def log_path(self) -> Path:
+        return self.tmp / "serve.log"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.tmp / "run"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.tmp / "cache"
+
+    def children(self) -> list[int]:
+        return descendants(self.proc.pid)
 
     @property
     def base_url(self) -> str:
@@ -155,15 +170,16 @@ def start_server(tmp: Path, workers: int = 2, **overrides: str) -> Server:
         REAME_WORKERS_COUNT=str(workers),
         REAME_WORKERS_THREADS="1",
         REAME_SERVER_GATEWAY_THREADS="16",
+        REAME_CACHE_DIR=str(tmp / "cache"),
     )
     env.update({f"REAME_{key.upper()}": value for key, value in overrides.items()})
     log_path = tmp / "serve.log"
-    with open(log_path, "wb") as log:
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "supervisor", "serve"],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
-    server = Server(proc=proc, port=port, log_path=log_path)
+    server = Server(proc=proc, port=port, tmp=tmp)
     try:
         server.wait_ready(workers)
     except Exception:

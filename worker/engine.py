@@ -2,7 +2,9 @@
 
 The engine has no sockets: it takes a request, a ``send`` callable for the
 outgoing messages and a cancel Event, so it can be driven directly in tests.
-Every request ends with exactly one Done or Error.
+Every request ends with exactly one Done or Error. With a persistent KV cache
+(worker.prefix_cache), a prompt's prefix may be restored before the prefill, and
+the prompt's state is saved after Done has been sent, so no client waits for it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from shared.protocol import (
 from worker.chat_template import ChatTemplate, ChatTemplateError
 from worker.kv import KvCache, prefill_chunks
 from worker.model import DecodeError, Model
+from worker.prefix_cache import PrefixCache
 from worker.sampler import Sampler, SamplingError
 from worker.stops import TextStream
 
@@ -67,9 +70,11 @@ class Engine:
         model: Model,
         shutting_down: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.time,
+        cache: PrefixCache | None = None,
     ) -> None:
         self.model = model
         self.kv = KvCache(model)
+        self.cache = cache
         self._shutting_down = shutting_down
         self._clock = clock  # wall clock, for Generate.deadline
         self._template, self._template_problem = load_template(model)
@@ -91,7 +96,10 @@ class Engine:
         """Serve ``request``: Deltas as text becomes final, then one Done or Error."""
         rid = request.request_id
         try:
-            done = self._generate(request, send, cancel)
+            if request.warm:
+                done, prompt = self._warm(request, cancel), None
+            else:
+                done, prompt = self._generate(request, send, cancel)
         except RequestFailed as err:
             log.debug("request %s ended: %s %s", rid, err.code.value, err.message)
             send(Error(rid, err.code, err.message, err.param))
@@ -104,10 +112,22 @@ class Engine:
             send(Error(rid, ErrorCode.INTERNAL, "the worker failed while generating"))
         else:
             send(done)
+            if prompt is not None:
+                self._save(request, prompt)
+
+    def _save(self, request: Generate, prompt: list[int]) -> None:
+        """Store the prompt's state if worth it; the reply is already out, so never fail."""
+        if self.cache is None or not request.cache:
+            return
+        try:
+            self.cache.save(self.kv, prompt, warm=False)
+        except Exception:
+            log.exception("request %s: saving the prompt's state failed; KV cache cleared", request.request_id)
+            self.kv.reset()
 
     # -- one request --------------------------------------------------------------
 
-    def _generate(self, request: Generate, send: Send, cancel: threading.Event) -> Done:
+    def _generate(self, request: Generate, send: Send, cancel: threading.Event) -> tuple[Done, list[int]]:
         started = time.perf_counter()
         rid = request.request_id
         params = request.sampling
@@ -148,7 +168,7 @@ class Engine:
         finally:
             sampler.close()
         finished = time.perf_counter()
-        return Done(
+        done = Done(
             request_id=rid,
             finish_reason=finish,
             prompt_tokens=len(prompt),
@@ -156,6 +176,26 @@ class Engine:
             cached_tokens=cached,
             prompt_ms=(prefilled - started) * 1000.0,
             generation_ms=(finished - prefilled) * 1000.0,
+        )
+        return done, prompt
+
+    def _warm(self, request: Generate, cancel: threading.Event) -> Done:
+        """Read the prompt and store its state; nothing is generated."""
+        started = time.perf_counter()
+        prompt, what, _ = self._prompt(request)
+        self._budget(len(prompt), None, what)
+        cached = self._prefill(prompt, request, cancel)
+        saved = False
+        if self.cache is not None and request.cache:
+            saved = self.cache.save(self.kv, prompt, warm=True)
+        return Done(
+            request_id=request.request_id,
+            finish_reason=FinishReason.STOP,
+            prompt_tokens=len(prompt),
+            completion_tokens=0,
+            cached_tokens=cached,
+            prompt_ms=(time.perf_counter() - started) * 1000.0,
+            cache_saved=saved,
         )
 
     def _prompt(self, request: Generate) -> tuple[list[int], str, list[str]]:
@@ -214,11 +254,17 @@ class Engine:
         return max(max_tokens, 0)
 
     def _prefill(self, prompt: list[int], request: Generate, cancel: threading.Event) -> int:
-        """Bring the KV cache to ``prompt``; return how many tokens were already there."""
+        """Bring the KV cache to ``prompt``; return how many tokens were not computed."""
         cached = self.kv.keep_prefix_of(prompt)
+        stored = 0
+        if self.cache is not None and request.cache:
+            self._check(request, cancel)
+            restored = self.cache.restore(self.kv, prompt, cached)
+            cached, stored = restored.cached, restored.stored
         for start, end in prefill_chunks(cached, len(prompt), self.model.n_batch):
             self._check(request, cancel)
             self.kv.append(prompt[start:end], logits_last=end == len(prompt))
+        self.kv.mark_stored(stored)
         return cached
 
     def _check(self, request: Generate, cancel: threading.Event) -> None:

@@ -2,8 +2,9 @@
 
 This is the only place that knows which tokens sit in the context's memory.
 Reusing the common prefix of consecutive requests is what llama.cpp's server
-does with ``cache_prompt``; a persistent prefix cache or speculative decoding
-will extend this class (restore a prefix, roll back rejected draft tokens).
+does with ``cache_prompt``. A prefix may also come from the persistent cache
+(:meth:`KvCache.restore`); the class then remembers how much of its token list
+is known to be stored, so the same document is not saved twice.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class KvCache:
     def __init__(self, model: Model) -> None:
         self._model = model
         self._tokens: list[int] = []
+        self._stored = 0  # leading tokens known to be in the persistent store
 
     def __len__(self) -> int:
         return len(self._tokens)
@@ -68,16 +70,55 @@ class KvCache:
     def tokens(self) -> tuple[int, ...]:
         return tuple(self._tokens)
 
+    @property
+    def stored(self) -> int:
+        """Return how many leading tokens are known to have their state in the persistent store."""
+        return self._stored
+
+    def mark_stored(self, length: int) -> None:
+        """Record that the state of the first ``length`` tokens is in the persistent store."""
+        self._stored = max(self._stored, min(length, len(self._tokens)))
+
     def keep_prefix_of(self, prompt: Sequence[int]) -> int:
         """Drop everything but the reusable prefix of ``prompt``; return its length."""
         keep = reusable(self._tokens, prompt)
-        if keep < len(self._tokens):
-            if not self._model.truncate(keep):
-                # Some caches (recurrent models) cannot cut a sequence in the middle.
-                self.reset()
-                return 0
-            del self._tokens[keep:]
-        return keep
+        return keep if self.truncate(keep) else 0
+
+    def truncate(self, length: int) -> bool:
+        """Keep only the first ``length`` tokens; False if the cache had to be emptied instead."""
+        if length >= len(self._tokens):
+            return True
+        if not self._model.truncate(length):
+            # Some caches (recurrent models) cannot cut a sequence in the middle.
+            self.reset()
+            return False
+        del self._tokens[length:]
+        self._stored = min(self._stored, length)
+        return True
+
+    def restore(self, state: bytes | bytearray, tokens: Sequence[int]) -> bool:
+        """Load a stored state and keep its first ``len(tokens)`` positions, which hold ``tokens``.
+
+        The state may cover more positions than ``tokens``: the rest is cut. On failure
+        the cache is emptied (llama.cpp may have written part of the state) and False
+        is returned.
+        """
+        self.reset()
+        if (
+            not self._model.restore_state(state)
+            or not self._model.truncate(len(tokens))
+            # A state shorter than its entry claims would leave positions unfilled.
+            or self._model.positions() != len(tokens)
+        ):
+            self.reset()
+            return False
+        self._tokens = list(tokens)
+        self._stored = len(tokens)
+        return True
+
+    def save_state(self) -> bytearray:
+        """Copy the KV state of every token in :attr:`tokens`."""
+        return self._model.save_state()
 
     def append(self, tokens: Sequence[int], logits_last: bool) -> None:
         """Evaluate ``tokens`` (at most n_batch) after the cached ones.
@@ -95,3 +136,4 @@ class KvCache:
         """Empty the KV cache and the token list."""
         self._model.clear()
         self._tokens.clear()
+        self._stored = 0

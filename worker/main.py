@@ -21,9 +21,12 @@ from shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
 from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
 from shared.model_file import ModelFileError, model_alias, model_path
 from shared.protocol import Error, ErrorCode, Ready
+from worker.cache_client import CacheClient
 from worker.engine import Engine
+from worker.fingerprint import model_fingerprint, short
 from worker.link import Link
 from worker.model import DecodeError, Model, ModelError
+from worker.prefix_cache import PrefixCache
 
 log = logging.getLogger("worker")
 
@@ -65,7 +68,18 @@ def memory_summary() -> str:
 def load_model(config: Config) -> Model:
     """Load the configured model; raise ModelFileError or ModelError with a clear message."""
     path = model_path(config)
-    return Model(path, config.model.n_ctx, config.model.n_batch, config.workers.threads)
+    return Model(path, config.model.n_ctx, config.model.n_batch, config.workers.threads, config.memory.kv_type)
+
+
+def open_cache(
+    config: Config, context: zmq.Context[zmq.Socket[bytes]], model: Model, fingerprint: bytes
+) -> tuple[CacheClient, PrefixCache]:
+    """Connect to the cachekeeper (nothing is sent before the first lookup or save)."""
+    client = CacheClient(context, config.cache_address, fingerprint, model.kv_type, config.cache.timeout)
+    cache = PrefixCache(
+        client, fingerprint, model.kv_type, model.n_ctx, config.cache.block_tokens, config.cache.min_tokens
+    )
+    return client, cache
 
 
 def serve(engine: Engine, link: Link, stop: StopFlag) -> int:
@@ -102,6 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ModelFileError, ModelError) as err:
         log.error("cannot load the model: %s", err)
         return EXIT_BOOT_FAILURE
+    try:
+        fingerprint = model_fingerprint(model.path, model.kv_type, model.flash_attn)
+    except OSError as err:
+        log.error("cannot read the model file %s: %s", model.path, err)
+        model.close()
+        return EXIT_BOOT_FAILURE
     engine = Engine(model, shutting_down=lambda: stop.is_set)
     try:
         engine.warm_up()
@@ -111,21 +131,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BOOT_FAILURE
     load_s = time.perf_counter() - started
     log.info(
-        "loaded %s in %.2f s: n_ctx %d, n_batch %d, %d thread(s), %s",
-        model.path, load_s, model.n_ctx, model.n_batch, config.workers.threads, memory_summary(),
+        "loaded %s in %.2f s: n_ctx %d, n_batch %d, %d thread(s), KV %s, fingerprint %s, %s",
+        model.path, load_s, model.n_ctx, model.n_batch, config.workers.threads, model.kv_type, short(fingerprint),
+        memory_summary(),
     )
 
     pid = os.getpid()
     hello = Ready(worker_id=f"w{args.index}-{pid}", pid=pid, model=model_alias(config), n_ctx=model.n_ctx)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     link = Link(context, config.backend_address, hello)
+    cache: CacheClient | None = None
     code = 1
     try:
+        if config.cache.enabled:
+            cache, engine.cache = open_cache(config, context, model, fingerprint)
         link.start()
-        log.info("worker %s serving for %s", hello.worker_id, config.backend_address)
+        log.info(
+            "worker %s serving for %s; persistent KV cache %s", hello.worker_id, config.backend_address,
+            config.cache_address if cache is not None else "off",
+        )
         code = serve(engine, link, stop)
     finally:
         link.close()
+        if cache is not None:
+            cache.close()
         context.term()
         model.close()
     log.info("stopped")

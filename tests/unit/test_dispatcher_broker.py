@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import zmq
 
-from dispatcher import endpoints
 from dispatcher.broker import BindError, Broker
 from dispatcher.main import main
 from dispatcher.scheduler import Scheduler
+from shared import endpoints
 from shared import protocol as p
 from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
 

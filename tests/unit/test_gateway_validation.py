@@ -122,7 +122,8 @@ BAD_COMPLETION: list[tuple[Any, str | None, str]] = [
     (completion(n=3), "n", "unsupported_parameter"),
     (completion(max_tokens=-1), "max_tokens", "invalid_value"),
     (completion(temperature=[1]), "temperature", "invalid_type"),
-    (completion(reame={"cache": True}), "reame.cache", "unknown_parameter"),
+    (completion(reame={"cache": "yes"}), "reame.cache", "invalid_type"),
+    (completion(reame={"turbo": True}), "reame.turbo", "unknown_parameter"),
 ]
 
 
@@ -213,3 +214,39 @@ def test_completion_prompts_and_defaults() -> None:
 def test_zero_completion_max_tokens_in_config_means_unbounded() -> None:
     defaults = config.load(environ={"REAME_SAMPLING_COMPLETION_MAX_TOKENS": "0"}).sampling
     assert parse_completion(completion(), defaults).sampling.max_tokens is None
+
+
+def test_cache_switch_defaults_on_and_can_be_turned_off() -> None:
+    from gateway.validation import parse_chat, parse_completion
+
+    assert parse_chat(chat(), DEFAULTS).options.cache is True
+    assert parse_chat(chat(reame={"cache": False}), DEFAULTS).options.cache is False
+    assert parse_completion(completion(reame={}), DEFAULTS).options.cache is True
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({}, "prompt"),
+        ({"prompt": "doc", "messages": [{"role": "user", "content": "doc"}]}, "prompt"),
+        ({"prompt": 5}, "prompt"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "user"}]}, "messages[0].content"),
+        ([], None),
+    ],
+)
+def test_bad_warm_bodies_name_the_field(body: object, param: str | None) -> None:
+    from gateway.validation import parse_warm
+
+    with pytest.raises(APIError) as caught:
+        parse_warm(body)
+    assert caught.value.status == 400
+    assert caught.value.param == param
+
+
+def test_warm_takes_a_prompt_or_messages() -> None:
+    from gateway.validation import parse_warm
+
+    assert parse_warm({"prompt": "doc"}).prompt == "doc"
+    warm = parse_warm({"messages": [{"role": "system", "content": "doc"}]})
+    assert warm.messages == [ChatMessage("system", "doc")]

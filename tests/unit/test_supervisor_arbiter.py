@@ -162,14 +162,18 @@ def test_child_command_lines(tmp_path: Path) -> None:
     specs = child_specs(load(conf, environ={}), "/etc/reame.conf", python="/py")
     assert [(s.name, s.argv) for s in specs] == [
         ("dispatcher", ("/py", "-m", "dispatcher", "--config", "/etc/reame.conf")),
+        ("cachekeeper", ("/py", "-m", "cachekeeper", "--config", "/etc/reame.conf")),
         ("worker 0", ("/py", "-m", "worker", "--config", "/etc/reame.conf", "--index", "0")),
         ("worker 1", ("/py", "-m", "worker", "--config", "/etc/reame.conf", "--index", "1")),
         ("gateway", ("/py", "-m", "gateway", "--config", "/etc/reame.conf")),
     ]
     no_file = child_specs(load(None, environ={"REAME_WORKERS_COUNT": "1"}), None, python="/py")
     assert [s.argv for s in no_file] == [
-        ("/py", "-m", "dispatcher"), ("/py", "-m", "worker", "--index", "0"), ("/py", "-m", "gateway"),
+        ("/py", "-m", "dispatcher"), ("/py", "-m", "cachekeeper"), ("/py", "-m", "worker", "--index", "0"),
+        ("/py", "-m", "gateway"),
     ]
+    no_cache = load(None, environ={"REAME_WORKERS_COUNT": "1", "REAME_CACHE_ENABLED": "false"})
+    assert [s.name for s in child_specs(no_cache, None, python="/py")] == ["dispatcher", "worker 0", "gateway"]
 
 
 def test_exit_descriptions() -> None:

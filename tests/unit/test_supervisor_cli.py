@@ -39,6 +39,8 @@ def fake_main(monkeypatch: pytest.MonkeyPatch, module: str, calls: list[list[str
         (["worker", "--index", "3"], "worker.main", ["--index", "3"]),
         (["worker", "--config", "a.conf", "--index", "0"], "worker.main", ["--config", "a.conf", "--index", "0"]),
         (["gateway", "--config", "a.conf"], "gateway.main", ["--config", "a.conf"]),
+        (["cachekeeper"], "cachekeeper.main", []),
+        (["cachekeeper", "--config", "a.conf"], "cachekeeper.main", ["--config", "a.conf"]),
     ],
 )
 def test_process_subcommands_call_the_process_main(
@@ -66,7 +68,7 @@ def test_worker_needs_an_index(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_unknown_or_missing_subcommand_is_a_usage_error() -> None:
-    for argv in ([], ["frobnicate"], ["config"]):
+    for argv in ([], ["frobnicate"], ["config"], ["cache"], ["cache", "shrink"], ["cache", "stats", "--timeout", "0"]):
         with pytest.raises(SystemExit) as exit_info:
             cli.main(argv)
         assert exit_info.value.code == 2

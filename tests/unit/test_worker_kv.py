@@ -18,18 +18,38 @@ class FakeModel:
         self.can_truncate = can_truncate
         self.calls: list[tuple[object, ...]] = []
         self.fail = False
+        self.held = 0  # positions in the fake KV cache
 
     def decode(self, tokens: Sequence[int], start: int, logits_last: bool) -> None:
         self.calls.append(("decode", tuple(tokens), start, logits_last))
         if self.fail:
             raise DecodeError("boom")
+        self.held = start + len(tokens)
 
     def truncate(self, length: int) -> bool:
         self.calls.append(("truncate", length))
+        if self.can_truncate:
+            self.held = min(self.held, length)
         return self.can_truncate
 
     def clear(self) -> None:
         self.calls.append(("clear",))
+        self.held = 0
+
+    # A fake state is b"state:<positions>"; anything else is refused, as llama.cpp would.
+    def save_state(self) -> bytearray:
+        return bytearray(b"state:%d" % self.held)
+
+    def restore_state(self, state: bytes | bytearray) -> bool:
+        self.calls.append(("restore", bytes(state)))
+        if not state.startswith(b"state:"):
+            self.held = 3  # a failed restore may leave part of the state behind
+            return False
+        self.held = int(state[6:])
+        return True
+
+    def positions(self) -> int:
+        return self.held
 
 
 def kv_with(fake: FakeModel) -> KvCache:
@@ -125,3 +145,56 @@ def test_decode_failure_resets_everything() -> None:
         kv.append([3], logits_last=True)
     assert kv.tokens == ()
     assert fake.calls[-1] == ("clear",)
+
+
+def test_restore_keeps_the_matched_positions() -> None:
+    fake = FakeModel()
+    kv = kv_with(fake)
+    kv.append([7, 7, 7], logits_last=True)
+    assert kv.restore(b"state:10", [1, 2, 3, 4, 5, 6])
+    assert kv.tokens == (1, 2, 3, 4, 5, 6)
+    assert fake.held == 6
+    assert kv.stored == 6
+    assert fake.calls[-3:] == [("clear",), ("restore", b"state:10"), ("truncate", 6)]
+
+
+@pytest.mark.parametrize("state", [b"garbage", b"state:4"])
+def test_failed_restore_empties_the_cache(state: bytes) -> None:
+    """A refused state, or one holding fewer positions than its tokens, leaves nothing behind."""
+    fake = FakeModel()
+    kv = kv_with(fake)
+    kv.append([7, 7, 7], logits_last=True)
+    assert not kv.restore(state, [1, 2, 3, 4, 5, 6])
+    assert kv.tokens == () and kv.stored == 0
+    assert fake.held == 0 and fake.calls[-1] == ("clear",)
+
+
+def test_restore_into_a_cache_that_cannot_truncate_fails() -> None:
+    fake = FakeModel(can_truncate=False)
+    kv = kv_with(fake)
+    assert not kv.restore(b"state:10", [1, 2, 3])
+    assert kv.tokens == () and fake.held == 0
+
+
+def test_stored_prefix_follows_truncation_and_reset() -> None:
+    fake = FakeModel()
+    kv = kv_with(fake)
+    kv.append([1, 2, 3, 4, 5, 6], logits_last=True)
+    assert kv.stored == 0
+    kv.mark_stored(10)  # never more than the tokens held
+    assert kv.stored == 6
+    kv.mark_stored(2)  # knowing less does not forget more
+    assert kv.stored == 6
+    assert kv.keep_prefix_of([1, 2, 3, 4, 9, 9]) == 4
+    assert kv.stored == 4
+    assert kv.truncate(2) and kv.stored == 2 and kv.tokens == (1, 2)
+    assert kv.truncate(5) and kv.tokens == (1, 2)  # nothing to cut
+    kv.reset()
+    assert kv.stored == 0
+
+
+def test_save_state_copies_the_models_state() -> None:
+    fake = FakeModel()
+    kv = kv_with(fake)
+    kv.append([1, 2, 3], logits_last=True)
+    assert kv.save_state() == b"state:3"

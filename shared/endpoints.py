@@ -1,9 +1,9 @@
 """Prepare and clean up the files behind ``ipc://`` addresses.
 
 libzmq silently unlinks an existing socket file when it binds, so a second
-dispatcher on the same address would steal it from a live one. Before binding we
-therefore check whether something still listens there: only a stale file (a
-dispatcher that was killed) is removed.
+dispatcher (or cachekeeper) on the same address would steal it from a live one.
+Before binding we therefore check whether something still listens there: only a
+stale file (left by a process that was killed) is removed.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def prepare(address: str) -> None:
     if not _exists(path):
         return
     if _listening(path):
-        raise EndpointError(f"{address} is in use: another dispatcher is running (its socket is {path})")
+        raise EndpointError(f"{address} is in use: another process listens there (its socket is {path})")
     try:
         path.unlink()
     except OSError as err:

@@ -1,0 +1,176 @@
+"""`reame cache stats|verify|purge`: ask the running cachekeeper, else open the store directly.
+
+The cachekeeper owns the cache directory (it holds its lock), so while it runs
+every command goes to it as a CacheAdmin message. When nothing answers, the
+command opens the store itself; its lock then tells "no cachekeeper" from "a
+cachekeeper that owns the directory but does not answer".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import sqlite3
+import sys
+import time
+from typing import Any, Final, TextIO
+
+import zmq
+
+from cachekeeper.store import Store, StoreLocked
+from shared import endpoints
+from shared import protocol as p
+from shared.config import Config
+
+# A running cachekeeper answers stats within milliseconds; this only bounds the
+# wait when nothing listens at a tcp:// address (ipc:// without a socket file is
+# known at once).
+PROBE_TIMEOUT_S: Final = 2.0
+DEFAULT_TIMEOUT_S: Final = {p.CacheCommand.STATS: 5.0, p.CacheCommand.PURGE: 60.0, p.CacheCommand.VERIFY: 3600.0}
+MB: Final = 1e6
+
+
+class AdminError(Exception):
+    """The command could not be carried out; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """A report, where it came from, and the reason for each bad entry when known."""
+
+    report: p.CacheReport
+    source: str  # "cachekeeper" or "offline"
+    reasons: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _receive(sock: zmq.Socket[bytes], request_id: str, timeout: float) -> p.CacheReport | None:
+    deadline = time.monotonic() + timeout
+    while (remaining := deadline - time.monotonic()) > 0:
+        if not sock.poll(max(1, int(remaining * 1000))):
+            break
+        try:
+            message = p.decode(sock.recv())
+        except p.ProtocolError:
+            continue
+        if isinstance(message, p.CacheReport) and message.request_id == request_id:
+            return message
+    return None
+
+
+def ask(address: str, command: p.CacheCommand, timeout: float, probe_timeout: float = PROBE_TIMEOUT_S) -> (
+    p.CacheReport | None
+):
+    """Run ``command`` on the cachekeeper at ``address``; None if no cachekeeper answers there."""
+    socket_file = endpoints.ipc_path(address)
+    if socket_file is not None and not socket_file.exists():
+        return None
+    context = zmq.Context()
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(address)
+        # Stats first, briefly: the real command (a verify) may legitimately take long.
+        probe_id = f"cli-{secrets.token_hex(4)}"
+        sock.send(p.encode(p.CacheAdmin(probe_id, p.CacheCommand.STATS)))
+        report = _receive(sock, probe_id, min(probe_timeout, timeout))
+        if report is None or command is p.CacheCommand.STATS:
+            return report
+        request_id = f"cli-{secrets.token_hex(4)}"
+        sock.send(p.encode(p.CacheAdmin(request_id, command)))
+        report = _receive(sock, request_id, timeout)
+        if report is None:
+            raise AdminError(f"the cachekeeper at {address} did not finish {command} within {timeout:.0f} s")
+        return report
+    finally:
+        sock.close(linger=0)
+        context.term()
+
+
+def offline(config: Config, command: p.CacheCommand) -> Outcome:
+    """Run ``command`` on the cache directory itself; AdminError if it is owned or unusable."""
+    directory = config.cache_dir
+    if not directory.exists():  # never used: nothing to report, nothing to create
+        return Outcome(p.CacheReport("", 0, 0, config.cache.max_size, 0, 0, 0, 0, 0, 0), "offline")
+    try:
+        store = Store(directory, config.cache.max_size, config.cache.min_free)
+    except StoreLocked as err:
+        raise AdminError(
+            f"a cachekeeper owns {directory} but does not answer at {config.cache_address}"
+        ) from err
+    except (OSError, sqlite3.Error, ValueError) as err:
+        raise AdminError(f"cannot open the cache directory {directory}: {err}") from err
+    with store:
+        reasons: dict[str, str] = {}
+        if command is p.CacheCommand.VERIFY:
+            reasons = {bad.key: bad.reason for bad in store.verify()}
+        elif command is p.CacheCommand.PURGE:
+            reasons = dict.fromkeys(store.keys(), "purged")
+            store.purge()
+        s = store.stats()
+        report = p.CacheReport("", s.entries, s.bytes, s.max_bytes, s.hits, s.misses, s.evictions, s.corrupt,
+                               0, 0, list(reasons))
+    return Outcome(report, "offline", reasons if command is p.CacheCommand.VERIFY else {})
+
+
+def _entries(count: int) -> str:
+    return f"{count} entry" if count == 1 else f"{count} entries"
+
+
+def hit_rate(report: p.CacheReport) -> float | None:
+    """Return hits per lookup in percent, None before the first lookup."""
+    lookups = report.hits + report.misses
+    return None if lookups == 0 else 100.0 * report.hits / lookups
+
+
+def as_json(outcome: Outcome, command: p.CacheCommand, config: Config) -> dict[str, Any]:
+    """Return the outcome as one JSON-ready object."""
+    fields = dataclasses.asdict(outcome.report)
+    del fields["request_id"]
+    return {
+        "command": command.value, "source": outcome.source, "directory": str(config.cache_dir),
+        **fields, "hit_rate": hit_rate(outcome.report), "reasons": outcome.reasons,
+    }
+
+
+def render(outcome: Outcome, command: p.CacheCommand, config: Config) -> str:
+    """Return the outcome as lines for a person."""
+    r = outcome.report
+    where = (f"the cachekeeper at {config.cache_address}" if outcome.source == "cachekeeper"
+             else "read directly: no cachekeeper is running, so the counters start at zero")
+    rate = hit_rate(r)
+    lines = [
+        f"cache directory: {config.cache_dir} ({where})",
+        f"entries: {r.entries}",
+        f"size: {r.bytes / MB:.1f} MB of {r.max_bytes / MB:.1f} MB",
+        f"hits: {r.hits}, misses: {r.misses}, hit rate: " + ("-" if rate is None else f"{rate:.1f} %"),
+        f"evictions: {r.evictions}, corrupt: {r.corrupt}",
+        f"read: {r.bytes_read / MB:.1f} MB, written: {r.bytes_written / MB:.1f} MB",
+    ]
+    if command is p.CacheCommand.VERIFY:
+        if r.removed:
+            lines.append(f"verify: deleted {_entries(len(r.removed))} that failed the check:")
+            lines += [f"  {key}: {outcome.reasons.get(key, 'see the cachekeeper log')}" for key in r.removed]
+        else:
+            lines.append(f"verify: all {_entries(r.entries)} intact")
+    elif command is p.CacheCommand.PURGE:
+        lines.append(f"purge: removed {_entries(len(r.removed))}")
+    return "\n".join(lines) + "\n"
+
+
+def run(config: Config, command: p.CacheCommand, *, json_output: bool, timeout: float | None,
+        out: TextIO | None = None) -> int:
+    """Carry out one `reame cache` command and print its outcome; return the exit code."""
+    out = out or sys.stdout
+    wait = DEFAULT_TIMEOUT_S[command] if timeout is None else timeout
+    try:
+        report = ask(config.cache_address, command, wait)
+        outcome = offline(config, command) if report is None else Outcome(report, "cachekeeper")
+    except AdminError as err:
+        print(f"reame: {err}", file=sys.stderr)
+        return 1
+    if json_output:
+        out.write(json.dumps(as_json(outcome, command, config)) + "\n")
+    else:
+        out.write(render(outcome, command, config))
+    return 1 if command is p.CacheCommand.VERIFY and outcome.report.removed else 0

@@ -1,0 +1,88 @@
+"""Start the cachekeeper: ``python -m cachekeeper [--config FILE]``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sqlite3
+from collections.abc import Sequence
+from typing import Final
+
+from cachekeeper.server import BindError, Keeper
+from cachekeeper.store import Store, StoreLocked
+from shared import logs
+from shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
+from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
+
+log = logging.getLogger("cachekeeper")
+
+MB: Final = 1e6
+
+
+class StoreUnavailable(Exception):
+    """The cache directory cannot be opened by this process."""
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Read the command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m cachekeeper",
+        description="Keep the persistent KV cache: serve stored prompt states to workers and store new ones.",
+    )
+    parser.add_argument(
+        "--config", metavar="FILE",
+        help=f"configuration file (default: ${CONFIG_PATH_ENV}, else built-in defaults)",
+    )
+    return parser.parse_args(argv)
+
+
+def open_store(config: Config) -> Store:
+    """Open (creating it 0700 if needed) and lock the cache directory; StoreUnavailable if impossible."""
+    directory = config.cache_dir
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return Store(directory, config.cache.max_size, config.cache.min_free)
+    except StoreLocked as err:
+        raise StoreUnavailable(f"{err} (is another cachekeeper running?)") from err
+    except (OSError, sqlite3.Error, ValueError) as err:
+        raise StoreUnavailable(f"cannot open the cache directory {directory}: {err}") from err
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the cachekeeper until SIGTERM/SIGINT; return the process exit code."""
+    args = parse_args(argv)
+    try:
+        config = load(args.config or os.environ.get(CONFIG_PATH_ENV) or None)
+    except ConfigError as err:
+        logs.setup("cachekeeper", "info")
+        log.error("cannot start: %s", err)
+        return EXIT_BOOT_FAILURE
+    logs.setup("cachekeeper", config.logging.level)
+    stop = StopFlag()
+    stop.install()
+    try:
+        store = open_store(config)
+    except StoreUnavailable as err:
+        log.error("cannot start: %s", err)
+        return EXIT_BOOT_FAILURE
+    keeper = Keeper(
+        store, config.cache_address, block_tokens=config.cache.block_tokens, level=config.cache.compression_level
+    )
+    try:
+        keeper.bind()
+    except BindError as err:
+        log.error("cannot start: %s", err)
+        keeper.close()
+        return EXIT_BOOT_FAILURE
+    stats = store.stats()
+    log.info(
+        "cache at %s: %d entries, %.1f MB of %.1f MB; listening on %s",
+        store.directory, stats.entries, stats.bytes / MB, stats.max_bytes / MB, config.cache_address,
+    )
+    try:
+        keeper.run(stop)
+    finally:
+        keeper.close()
+    log.info("stopped")
+    return 0

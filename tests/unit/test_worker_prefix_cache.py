@@ -1,0 +1,220 @@
+"""The engine's view of the persistent cache, with a fake model and a fake cachekeeper client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import cast
+
+import pytest
+
+from cachekeeper.entry import EntryHeader, encode_payload
+from tests.unit.test_worker_kv import FakeModel
+from worker.cache_client import Fetched
+from worker.kv import MIN_FRESH, KvCache
+from worker.model import Model
+from worker.prefix_cache import PrefixCache, Restored
+
+FINGERPRINT = b"f" * 32
+BLOCK = 4
+MIN_TOKENS = 8
+N_CTX = 64
+
+
+class FakeService:
+    """Keeps one entry per token list; records what the prefix cache asks of it."""
+
+    def __init__(self) -> None:
+        self.available = True
+        self.entries: dict[tuple[int, ...], tuple[EntryHeader, bytes]] = {}
+        self.lookups = 0
+        self.corrupt: list[str] = []
+        self.reused = 0
+        self.saved: list[tuple[list[int], bytes, bool]] = []  # tokens, state, waited
+        self.accept = True
+
+    def put(self, tokens: Sequence[int], state: bytes, kv_type: str = "f16") -> EntryHeader:
+        header = EntryHeader.build(FINGERPRINT, kv_type, tokens, BLOCK, encode_payload(state), 0.0)
+        self.entries[tuple(tokens)] = (header, state)
+        return header
+
+    def lookup(
+        self, fingerprint: bytes, blocks: Sequence[bytes], wanted: Callable[[EntryHeader], bool] | None = None
+    ) -> Fetched | None:
+        self.lookups += 1
+        best = max(
+            self.entries.values(),
+            key=lambda e: sum(1 for a, b in zip(e[0].blocks, blocks, strict=False) if a == b),
+            default=None,
+        )
+        if best is None or not blocks or best[0].blocks[0] != blocks[0]:
+            return None
+        header, state = best
+        if wanted is not None and not wanted(header):
+            return None
+        return Fetched(header.key(), header, state, 0.0, 0.0, 0.0)
+
+    def report_corrupt(self, key: str, reason: str) -> None:
+        self.corrupt.append(key)
+
+    def note_reused(self, tokens: int) -> None:
+        self.reused += tokens
+
+    def save(
+        self, tokens: Sequence[int], state: bytes | bytearray, done: Callable[[bool], None] | None = None,
+        wait: float = 0.0,
+    ) -> bool:
+        self.saved.append((list(tokens), bytes(state), False))
+        return self.accept
+
+    def save_and_wait(self, tokens: Sequence[int], state: bytes | bytearray) -> bool:
+        self.saved.append((list(tokens), bytes(state), True))
+        return self.accept
+
+
+@pytest.fixture
+def service() -> FakeService:
+    return FakeService()
+
+
+@pytest.fixture
+def fake() -> FakeModel:
+    return FakeModel()
+
+
+@pytest.fixture
+def kv(fake: FakeModel) -> KvCache:
+    return KvCache(cast(Model, fake))
+
+
+@pytest.fixture
+def cache(service: FakeService) -> PrefixCache:
+    return PrefixCache(service, FINGERPRINT, "f16", N_CTX, BLOCK, MIN_TOKENS)
+
+
+DOC = list(range(100, 120))  # five blocks
+
+
+def prefill(kv: KvCache, prompt: list[int], start: int = 0) -> None:
+    kv.append(prompt[start:], logits_last=True)
+
+
+def test_hit_restores_the_common_prefix(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+    service.put([*DOC, 1, 2, 3], b"state:23")
+    prompt = [*DOC, 7, 8, 9]
+    restored = cache.restore(kv, prompt, 0)
+    assert restored == Restored(len(DOC), len(DOC))
+    assert kv.tokens == tuple(DOC) and kv.stored == len(DOC)
+    assert service.reused == len(DOC)
+
+
+def test_the_last_prompt_tokens_are_always_fresh(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+    service.put([*DOC, 1, 2, 3], b"state:23")
+    restored = cache.restore(kv, DOC, 0)
+    assert restored == Restored(len(DOC) - MIN_FRESH, len(DOC))
+    assert len(kv) == len(DOC) - MIN_FRESH
+
+
+def test_miss_keeps_what_memory_has(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+    assert cache.restore(kv, DOC, 3) == Restored(3)
+    assert service.lookups == 1
+
+
+def test_no_lookup_when_memory_has_as_much(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+    service.put(DOC, b"state:20")
+    assert cache.restore(kv, DOC, len(DOC) - MIN_FRESH) == Restored(len(DOC) - MIN_FRESH)
+    assert cache.restore(kv, DOC[:3], 0) == Restored(0)  # not one full block
+    assert service.lookups == 0
+
+
+def test_no_lookup_while_unavailable(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+    service.put(DOC, b"state:20")
+    service.available = False
+    assert cache.restore(kv, [*DOC, 5, 6], 0) == Restored(0)
+    assert service.lookups == 0
+
+
+def test_an_entry_giving_no_more_than_memory_is_not_restored(
+    cache: PrefixCache, service: FakeService, kv: KvCache, fake: FakeModel
+) -> None:
+    service.put([*DOC[:8], 9, 9, 9, 9], b"state:12")
+    prompt = [*DOC, 1, 2]
+    assert cache.restore(kv, prompt, 10) == Restored(10)
+    assert not any(call[0] == "restore" for call in fake.calls)
+
+
+@pytest.mark.parametrize(("kv_type", "n_tokens"), [("q8_0", 22), ("f16", N_CTX + 1)])
+def test_entries_that_do_not_fit_are_misses(
+    cache: PrefixCache, service: FakeService, kv: KvCache, kv_type: str, n_tokens: int
+) -> None:
+    service.put([*DOC, *range(n_tokens - len(DOC))], b"state:%d" % n_tokens, kv_type)
+    assert cache.restore(kv, [*DOC, 1, 2], 0) == Restored(0)
+    assert service.corrupt == [] and len(kv) == 0
+
+
+def test_a_refused_state_is_reported_and_everything_recomputed(
+    cache: PrefixCache, service: FakeService, kv: KvCache, fake: FakeModel
+) -> None:
+    header = service.put([*DOC, 1], b"not a state")
+    kv.append(DOC[:5], logits_last=True)
+    assert cache.restore(kv, [*DOC, 7, 8], 4) == Restored(0)
+    assert service.corrupt == [header.key()]
+    assert len(kv) == 0 and fake.held == 0
+    assert service.reused == 0
+
+
+# -- saves -------------------------------------------------------------------------------
+
+
+def test_save_cuts_the_generated_tokens(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+    prompt = DOC[:10]
+    prefill(kv, [*prompt, 55, 56])  # two generated tokens after the prompt
+    assert cache.save(kv, prompt, warm=False)
+    assert service.saved == [(prompt, b"state:10", False)]
+    assert kv.tokens == tuple(prompt) and kv.stored == len(prompt)
+    assert cache.save(kv, prompt, warm=False)  # known to be stored: not sent again
+    assert len(service.saved) == 1
+
+
+def test_short_prompts_are_not_saved(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+    prompt = DOC[: MIN_TOKENS - 1]
+    prefill(kv, prompt)
+    assert not cache.save(kv, prompt, warm=False)
+    assert service.saved == []
+
+
+def test_a_warm_request_saves_short_prompts_and_waits(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+    prompt = DOC[:3]
+    prefill(kv, prompt)
+    assert cache.save(kv, prompt, warm=True)
+    assert service.saved == [(prompt, b"state:3", True)]
+
+
+def test_a_restored_prefix_is_not_saved_again(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+    service.put(DOC, b"state:20")
+    prompt = [*DOC, 1, 2, 3]  # three new tokens: fewer than MIN_TOKENS
+    restored = cache.restore(kv, prompt, 0)
+    prefill(kv, prompt, restored.cached)
+    kv.mark_stored(restored.stored)
+    assert not cache.save(kv, prompt, warm=False)
+    assert service.saved == []
+
+
+def test_warming_a_stored_prompt_needs_no_save(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+    service.put(DOC, b"state:20")
+    restored = cache.restore(kv, DOC, 0)
+    prefill(kv, DOC, restored.cached)
+    kv.mark_stored(restored.stored)
+    assert cache.save(kv, DOC, warm=True)
+    assert service.saved == []
+
+
+def test_nothing_is_saved_while_unavailable_or_when_refused(
+    cache: PrefixCache, service: FakeService, kv: KvCache
+) -> None:
+    prefill(kv, DOC)
+    service.available = False
+    assert not cache.save(kv, DOC, warm=True)
+    service.available = True
+    service.accept = False
+    assert not cache.save(kv, DOC, warm=True)
+    assert kv.stored == 0

@@ -1,0 +1,126 @@
+"""Restore a prompt's prefix from the persistent KV cache, and save prompts to it.
+
+The engine calls :meth:`PrefixCache.restore` before it prefills and
+:meth:`PrefixCache.save` once the reply has been sent (or, for a warm request,
+before Done). The rules live in worker.cache_policy, the token bookkeeping in
+worker.kv, the wire in worker.cache_client; this module strings them together.
+Nothing here raises to the engine because of the cache: every failure ends as
+"computed without it".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from cachekeeper.entry import EntryHeader
+from shared.prefix import block_hashes
+from worker import cache_policy
+from worker.cache_client import Fetched
+from worker.kv import KvCache, common_prefix
+
+log = logging.getLogger(__name__)
+
+
+class CacheService(Protocol):
+    """What the prefix cache needs from the cachekeeper client (tests pass a fake)."""
+
+    @property
+    def available(self) -> bool: ...
+
+    def lookup(
+        self, fingerprint: bytes, blocks: Sequence[bytes], wanted: Callable[[EntryHeader], bool] | None = None
+    ) -> Fetched | None: ...
+
+    def report_corrupt(self, key: str, reason: str) -> None: ...
+
+    def note_reused(self, tokens: int) -> None: ...
+
+    def save(
+        self, tokens: Sequence[int], state: bytes | bytearray, done: Callable[[bool], None] | None = None,
+        wait: float = 0.0,
+    ) -> bool: ...
+
+    def save_and_wait(self, tokens: Sequence[int], state: bytes | bytearray) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Restored:
+    """The KV cache after a lookup: ``cached`` tokens need no computing, ``stored`` are in the store."""
+
+    cached: int
+    stored: int = 0
+
+
+class PrefixCache:
+    """The persistent KV cache as the engine sees it, for one model and KV layout."""
+
+    def __init__(
+        self, service: CacheService, fingerprint: bytes, kv_type: str, n_ctx: int, block_tokens: int,
+        min_tokens: int,
+    ) -> None:
+        self.service = service
+        self.fingerprint = fingerprint
+        self._kv_type = kv_type
+        self._n_ctx = n_ctx
+        self._block_tokens = block_tokens
+        self._min_tokens = min_tokens
+
+    def restore(self, kv: KvCache, prompt: Sequence[int], local: int) -> Restored:
+        """Bring the longest stored prefix of ``prompt`` into ``kv`` if it beats the ``local`` tokens."""
+        if not self.service.available or not cache_policy.lookup_worthwhile(len(prompt), local, self._block_tokens):
+            return Restored(local)
+        blocks = block_hashes(self.fingerprint, prompt, self._block_tokens)
+        fetched = self.service.lookup(self.fingerprint, blocks, lambda header: self._wanted(header, prompt, local))
+        if fetched is None:
+            return Restored(local)
+        header = fetched.header
+        match = cache_policy.restore_length(header.tokens, prompt, local)
+        if match <= local:  # the service ignored ``wanted``: nothing to gain
+            return Restored(local)
+        started = time.perf_counter()
+        if not kv.restore(fetched.state, header.tokens[:match]):
+            # kv is empty now: llama.cpp may have written part of the state.
+            self.service.report_corrupt(fetched.key, "llama.cpp refused to restore the state")
+            return Restored(0)
+        restore_ms = (time.perf_counter() - started) * 1e3
+        self.service.note_reused(match)
+        log.info(
+            "restored %d of %d prompt tokens from cache entry %s: wait %.1f ms, transfer %.1f ms, "
+            "decode %.1f ms, restore %.1f ms",
+            match, len(prompt), fetched.key, fetched.wait_ms, fetched.transfer_ms, fetched.decode_ms, restore_ms,
+        )
+        return Restored(match, common_prefix(header.tokens, prompt))
+
+    def _wanted(self, header: EntryHeader, prompt: Sequence[int], local: int) -> bool:
+        problem = cache_policy.entry_problem(header, self.fingerprint, self._kv_type, self._n_ctx)
+        if problem is not None:
+            log.info("not restoring cache entry %s: %s", header.key(), problem)
+            return False
+        return cache_policy.restore_length(header.tokens, prompt, local) > 0
+
+    def save(self, kv: KvCache, prompt: Sequence[int], warm: bool) -> bool:
+        """Store the state of ``prompt`` (at the head of ``kv``) if worth it; True if the store has it.
+
+        A warm request waits for the cachekeeper's answer; any other save is queued,
+        the engine does not wait for it.
+        """
+        n_prompt = len(prompt)
+        if kv.stored >= n_prompt:
+            return True
+        if not cache_policy.should_save(n_prompt, kv.stored, self._min_tokens, warm):
+            return False
+        if not self.service.available or kv.tokens[:n_prompt] != tuple(prompt):
+            return False
+        # The generated tokens are not saved: a later prompt rarely repeats them.
+        if not kv.truncate(n_prompt):
+            return False
+        state = kv.save_state()
+        # A queued save counts as stored: should it fail, a later request saves the prompt.
+        stored = self.service.save_and_wait(prompt, state) if warm else self.service.save(prompt, state)
+        if stored:
+            kv.mark_stored(n_prompt)
+        return stored
