@@ -32,20 +32,28 @@ def dumps(payload: Any) -> bytes:
 
 @dataclasses.dataclass(frozen=True)
 class Usage:
+    """OpenAI's usage object, plus reame's own counts under ``usage.reame``."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    # What the prompt would have cost without compression (equal to prompt_tokens
+    # when nothing was compressed).
+    uncompressed_prompt_tokens: int = 0
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
     @classmethod
     def from_done(cls, done: Done) -> Usage:
-        return cls(done.prompt_tokens, done.completion_tokens, done.cached_tokens)
+        uncompressed = done.uncompressed_prompt_tokens
+        return cls(
+            done.prompt_tokens, done.completion_tokens, done.cached_tokens,
+            done.prompt_tokens if uncompressed is None else uncompressed,
+            done.draft_tokens, done.accepted_draft_tokens,
+        )
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-            self.cached_tokens + other.cached_tokens,
-        )
+        return Usage(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)))
 
     def to_dict(self) -> Json:
         return {
@@ -53,6 +61,11 @@ class Usage:
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            "reame": {
+                "uncompressed_prompt_tokens": self.uncompressed_prompt_tokens,
+                "draft_tokens": self.draft_tokens,
+                "accepted_draft_tokens": self.accepted_draft_tokens,
+            },
         }
 
 

@@ -30,14 +30,21 @@ def test_sse_done_and_error_frames() -> None:
 
 
 def test_usage_sums_and_serialises() -> None:
-    done = Done("r", FinishReason.STOP, prompt_tokens=10, completion_tokens=3, cached_tokens=4)
-    total = Usage.from_done(done) + Usage(1, 2, 0)
+    done = Done("r", FinishReason.STOP, prompt_tokens=10, completion_tokens=3, cached_tokens=4,
+                uncompressed_prompt_tokens=30, draft_tokens=6, accepted_draft_tokens=2)
+    total = Usage.from_done(done) + Usage(1, 2, 0, 1)
     assert total.to_dict() == {
         "prompt_tokens": 11,
         "completion_tokens": 5,
         "total_tokens": 16,
         "prompt_tokens_details": {"cached_tokens": 4},
+        "reame": {"uncompressed_prompt_tokens": 31, "draft_tokens": 6, "accepted_draft_tokens": 2},
     }
+
+
+def test_uncompressed_tokens_default_to_the_prompt_tokens() -> None:
+    done = Done("r", FinishReason.STOP, prompt_tokens=10, completion_tokens=3)
+    assert Usage.from_done(done).to_dict()["reame"]["uncompressed_prompt_tokens"] == 10
 
 
 def test_chat_completion_shape() -> None:
