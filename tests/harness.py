@@ -173,6 +173,7 @@ def start_server(tmp: Path, workers: int = 2, **overrides: str) -> Server:
         REAME_CACHE_DIR=str(tmp / "cache"),
     )
     env.update({f"REAME_{key.upper()}": value for key, value in overrides.items()})
+    tmp.mkdir(parents=True, exist_ok=True)
     log_path = tmp / "serve.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
