@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
 from cachekeeper.server import BindError, Keeper
 from cachekeeper.store import Store, StoreLocked
-from shared import logs
-from shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
-from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
+from shared.config import Config
+from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
 
 log = logging.getLogger("cachekeeper")
 
@@ -22,19 +19,6 @@ MB: Final = 1e6
 
 class StoreUnavailable(Exception):
     """The cache directory cannot be opened by this process."""
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Read the command line."""
-    parser = argparse.ArgumentParser(
-        prog="python -m cachekeeper",
-        description="Keep the persistent KV cache: serve stored prompt states to workers and store new ones.",
-    )
-    parser.add_argument(
-        "--config", metavar="FILE",
-        help=f"configuration file (default: ${CONFIG_PATH_ENV}, else built-in defaults)",
-    )
-    return parser.parse_args(argv)
 
 
 def open_store(config: Config) -> Store:
@@ -51,14 +35,14 @@ def open_store(config: Config) -> Store:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the cachekeeper until SIGTERM/SIGINT; return the process exit code."""
-    args = parse_args(argv)
-    try:
-        config = load(args.config or os.environ.get(CONFIG_PATH_ENV) or None)
-    except ConfigError as err:
-        logs.setup("cachekeeper", "info")
-        log.error("cannot start: %s", err)
+    booted = boot(
+        "cachekeeper",
+        "Keep the persistent KV cache: serve stored prompt states to workers and store new ones.",
+        argv,
+    )
+    if booted is None:
         return EXIT_BOOT_FAILURE
-    logs.setup("cachekeeper", config.logging.level)
+    _, config = booted
     stop = StopFlag()
     stop.install()
     try:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import ctypes
+import logging
 import os
 import signal
 import threading
+from collections.abc import Callable, Sequence
 from typing import Final
+
+from shared import logs
+from shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
 
 # A child that cannot boot (bad config, missing model) exits with this code, so the
 # supervisor stops respawning it instead of looping, as gunicorn's arbiter does.
@@ -53,3 +59,32 @@ class StopFlag:
 
     def wait(self, timeout: float) -> bool:
         return self._event.wait(timeout) or self.is_set
+
+
+def boot(
+    process: str,
+    description: str,
+    argv: Sequence[str] | None,
+    more_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> tuple[argparse.Namespace, Config] | None:
+    """Do what every process does first: read ``--config FILE``, load it, set up logging.
+
+    Returns None after logging why the configuration cannot be used; the caller then
+    exits with EXIT_BOOT_FAILURE.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m {process}", description=description)
+    parser.add_argument(
+        "--config", metavar="FILE",
+        help=f"configuration file (default: ${CONFIG_PATH_ENV}, else built-in defaults)",
+    )
+    if more_arguments is not None:
+        more_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = load(args.config or os.environ.get(CONFIG_PATH_ENV) or None)
+    except ConfigError as err:
+        logs.setup(process, "info")
+        logging.getLogger(process).error("cannot start: %s", err)
+        return None
+    logs.setup(process, config.logging.level)
+    return args, config
