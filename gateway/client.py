@@ -110,6 +110,9 @@ class Call:
     ) -> None:
         self.request = request
         self.finished = False
+        # Prompt tokens that compression saved before sending: reported as
+        # usage.reame.uncompressed_prompt_tokens - prompt_tokens.
+        self.saved_tokens = 0
         self._socket = socket
         self._liveness_s = liveness_s
         self._abandoned = abandoned

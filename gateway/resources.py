@@ -12,6 +12,7 @@ import falcon
 
 from gateway import errors, responses, sse, validation
 from gateway.client import Call, Dispatcher
+from gateway.compression import Compressor
 from gateway.errors import APIError, dispatcher_unavailable, invalid
 from gateway.requestlog import request_log
 from gateway.responses import Choice, Usage
@@ -27,8 +28,9 @@ READY_TIMEOUT_S: Final = 1.0
 class Settings:
     """What the resources need from the configuration, read once."""
 
-    def __init__(self, config: Config, model: str) -> None:
+    def __init__(self, config: Config, model: str, compressor: Compressor | None = None) -> None:
         self.model = model
+        self.compressor = compressor or Compressor(config)
         self.max_body_bytes = config.server.max_body_bytes
         self.request_timeout = config.server.request_timeout
         self.sampling = config.sampling
@@ -120,13 +122,22 @@ class _Generation:
         options: validation.Options = validation.DEFAULT_OPTIONS,
         warm: bool = False,
     ) -> Call:
+        """Compress the prompt or messages as the request asks, then send them."""
+        compressor = self.settings.compressor
+        if prompt is not None:
+            compressed = compressor.prompt(prompt, options.compress, warm=warm)
+        else:
+            compressed = compressor.messages(messages or [], options.compress, warm=warm)
         deadline = time.time() + self.settings.request_timeout
-        return self.dispatcher.open(
+        call = self.dispatcher.open(
             protocol.Generate(
-                request_id, sampling, deadline, prompt=prompt, messages=messages, cache=options.cache, warm=warm
+                request_id, sampling, deadline, prompt=compressed.prompt, messages=compressed.messages,
+                cache=options.cache, warm=warm, speculative=options.speculative,
             ),
             disconnect_probe(req.env),
         )
+        call.saved_tokens = compressed.saved_tokens
+        return call
 
     @staticmethod
     def first(call: Call, req: falcon.Request) -> protocol.Delta | protocol.Done:
@@ -155,7 +166,7 @@ class ChatCompletions(_Generation):
         with call:
             text, done = collect(call, first, record)
         send_json(resp, responses.chat_completion(
-            response_id, meta.created, s.model, text, done.finish_reason.value, Usage.from_done(done)
+            response_id, meta.created, s.model, text, done.finish_reason.value, Usage.from_done(done, call.saved_tokens)
         ))
 
 
@@ -188,7 +199,7 @@ class Completions(_Generation):
             with call:
                 text, done = collect(call, first, record)
             choices.append(Choice(index, prompt + text if request.echo else text, done.finish_reason.value))
-            usage += Usage.from_done(done)
+            usage += Usage.from_done(done, call.saved_tokens)
         send_json(resp, responses.text_completion(response_id, meta.created, s.model, choices, usage))
 
 
@@ -205,7 +216,9 @@ class CacheWarm(_Generation):
         record = request_log(req)
         record.request_id = warm_id = responses.new_id(responses.WARM_ID_PREFIX)
         sampling = SamplingParams(max_tokens=1)  # unused: a warm request samples nothing
-        call = self.open(req, warm_id, sampling, prompt=request.prompt, messages=request.messages, warm=True)
+        call = self.open(
+            req, warm_id, sampling, prompt=request.prompt, messages=request.messages, options=request.options, warm=True
+        )
         first = self.first(call, req)
         with call:
             _, done = collect(call, first, record)

@@ -44,11 +44,10 @@ class Usage:
     accepted_draft_tokens: int = 0
 
     @classmethod
-    def from_done(cls, done: Done) -> Usage:
-        uncompressed = done.uncompressed_prompt_tokens
+    def from_done(cls, done: Done, saved_tokens: int = 0) -> Usage:
+        """Build the usage of one generation; ``saved_tokens`` is what the gateway's compression saved."""
         return cls(
-            done.prompt_tokens, done.completion_tokens, done.cached_tokens,
-            done.prompt_tokens if uncompressed is None else uncompressed,
+            done.prompt_tokens, done.completion_tokens, done.cached_tokens, done.prompt_tokens + saved_tokens,
             done.draft_tokens, done.accepted_draft_tokens,
         )
 

@@ -119,7 +119,7 @@ class SSEStream:
             if message.text:
                 yield chunk(message.text)
             message = next_message(call, self._record)
-        self._usage += Usage.from_done(message)
+        self._usage += Usage.from_done(message, call.saved_tokens)
         return message
 
 

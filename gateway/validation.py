@@ -13,7 +13,11 @@ Pure: no sockets, no Falcon. Rules, following the OpenAI API:
 - ``model`` must be a string if present; any name is accepted (like llama.cpp's
   server) and responses always name the model that is loaded.
 - ``reame`` (object) holds reame's own switches: ``cache`` (boolean, default true:
-  use the persistent KV cache). Any other key in it is a 400.
+  use the persistent KV cache) and ``compress`` (``"off"``, ``"lossless"``,
+  ``"facts"`` or ``"query"``; absent: the configured ``compress.mode``). Any other key
+  in it is a 400. A cache warm request takes ``compress`` only. ``speculative``
+  (``"off"``, ``"lookup"`` or ``"model"``; absent: the worker's ``speculative.mode``)
+  picks speculative decoding for a completion.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import dataclasses
 import math
 from typing import Any, Final
 
+from gateway.compress import MODES
 from gateway.errors import APIError, invalid
 from shared.config import SamplingConfig
 from shared.protocol import ChatMessage, SamplingParams
@@ -33,7 +38,9 @@ MAX_INT32: Final = 2**31 - 1
 # msgpack carries signed and unsigned 64-bit integers, nothing wider.
 SEED_RANGE: Final = (-(2**63), 2**64 - 1)
 EXTENSION_FIELD: Final = "reame"
-EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"cache"})
+EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"cache", "compress", "speculative"})
+WARM_EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"compress"})
+SPECULATIVE_MODES: Final = ("off", "lookup", "model")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +48,8 @@ class Options:
     """reame's own per-request switches, from the ``reame`` object."""
 
     cache: bool = True
+    compress: str | None = None  # a compression mode; None: the configured default
+    speculative: str | None = None  # a speculative decoding mode; None: the worker's default
 
 
 DEFAULT_OPTIONS: Final = Options()
@@ -71,6 +80,7 @@ class WarmRequest:
 
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
+    options: Options = DEFAULT_OPTIONS
 
 
 def parse_chat(body: object, defaults: SamplingConfig) -> ChatRequest:
@@ -126,12 +136,13 @@ def parse_completion(body: object, defaults: SamplingConfig) -> CompletionReques
 def parse_warm(body: object) -> WarmRequest:
     """Validate a /v1/cache/warm body: exactly one of ``prompt`` (string) or ``messages``."""
     fields = _object(body)
+    options = _options(fields, WARM_EXTENSION_KEYS)
     prompt, messages = fields.get("prompt"), fields.get("messages")
     if (prompt is None) == (messages is None):
         raise invalid("prompt", "give exactly one of prompt (a string) or messages", "missing_required_parameter")
     if prompt is not None:
-        return WarmRequest(prompt=_text(prompt, "prompt"))
-    return WarmRequest(messages=_messages(messages))
+        return WarmRequest(prompt=_text(prompt, "prompt"), options=options)
+    return WarmRequest(messages=_messages(messages), options=options)
 
 
 def _check_common(fields: dict[str, Any]) -> Options:
@@ -141,15 +152,30 @@ def _check_common(fields: dict[str, Any]) -> Options:
     n = fields.get("n")
     if n is not None and (isinstance(n, bool) or n != 1):
         raise _unsupported("n", "only n 1 is supported")
+    return _options(fields, EXTENSION_KEYS)
+
+
+def _options(fields: dict[str, Any], allowed: frozenset[str]) -> Options:
     extension = fields.get(EXTENSION_FIELD)
     if extension is None:
         return Options()
     switches = _object(extension, EXTENSION_FIELD)
     for key in switches:
-        if key not in EXTENSION_KEYS:
+        if key not in allowed:
             raise invalid(f"{EXTENSION_FIELD}.{key}", f"unknown reame option {key!r}", "unknown_parameter")
     cache = _boolean(switches, "cache", f"{EXTENSION_FIELD}.cache")
-    return Options(cache=True if cache is None else cache)
+    compress = switches.get("compress")
+    if compress is not None and compress not in MODES:
+        raise invalid(
+            f"{EXTENSION_FIELD}.compress", f"{EXTENSION_FIELD}.compress must be one of {', '.join(MODES)}"
+        )
+    speculative = switches.get("speculative")
+    if speculative is not None and speculative not in SPECULATIVE_MODES:
+        raise invalid(
+            f"{EXTENSION_FIELD}.speculative",
+            f"{EXTENSION_FIELD}.speculative must be one of {', '.join(SPECULATIVE_MODES)}",
+        )
+    return Options(cache=True if cache is None else cache, compress=compress, speculative=speculative)
 
 
 def _stream(fields: dict[str, Any]) -> tuple[bool, bool]:

@@ -158,6 +158,17 @@ SCHEMA: Final[dict[str, dict[str, Key]]] = {
         "timeout": Key(_float(0.01), "1.0"),
         "address": Key(_address, ""),
     },
+    "speculative": {
+        "mode": Key(_choice("off", "lookup", "model"), "lookup"),
+        "draft_min": Key(_int(1, 64), "1"),
+        "draft_max": Key(_int(1, 64), "15"),
+        "draft_model_path": Key(_text, ""),
+    },
+    "compress": {
+        "mode": Key(_choice("off", "lossless", "facts", "query"), "lossless"),
+        "min_tokens": Key(_int(0), "256"),
+        "query_budget": Key(_int(16), "512"),
+    },
     "logging": {
         "level": Key(_choice("debug", "info", "warning", "error"), "info"),
     },
@@ -228,6 +239,21 @@ class CacheConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SpeculativeConfig:
+    mode: str
+    draft_min: int
+    draft_max: int
+    draft_model_path: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CompressConfig:
+    mode: str
+    min_tokens: int
+    query_budget: int
+
+
+@dataclasses.dataclass(frozen=True)
 class LoggingConfig:
     level: str
 
@@ -241,6 +267,8 @@ class Config:
     sampling: SamplingConfig
     memory: MemoryConfig
     cache: CacheConfig
+    speculative: SpeculativeConfig
+    compress: CompressConfig
     logging: LoggingConfig
     source: str  # the file it came from, or "(defaults)"
 
@@ -284,6 +312,8 @@ _SECTION_CLASSES: Final[dict[str, type[Any]]] = {
     "sampling": SamplingConfig,
     "memory": MemoryConfig,
     "cache": CacheConfig,
+    "speculative": SpeculativeConfig,
+    "compress": CompressConfig,
     "logging": LoggingConfig,
 }
 
@@ -339,7 +369,20 @@ def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] 
             except ValueError as err:
                 raise ConfigError(f"{origin} = {text!r}: expected {err}") from None
         sections[section] = _SECTION_CLASSES[section](**values)
+    _check_speculative(sections["speculative"], raw["speculative"])
     return Config(source=source, **sections)
+
+
+def _check_speculative(section: SpeculativeConfig, raw: dict[str, tuple[str, str]]) -> None:
+    """Refuse speculative settings that contradict each other."""
+    if section.draft_min > section.draft_max:
+        text, origin = raw.get("draft_min", (str(section.draft_min), "default [speculative] draft_min"))
+        raise ConfigError(f"{origin} = {text!r}: expected at most speculative.draft_max ({section.draft_max})")
+    if section.mode == "model" and not section.draft_model_path:
+        text, origin = raw.get("mode", (section.mode, "default [speculative] mode"))
+        raise ConfigError(
+            f"{origin} = {text!r}: expected speculative.draft_model_path to name a draft GGUF file with it"
+        )
 
 
 def _env_target(name: str) -> tuple[str | None, str | None]:

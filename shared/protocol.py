@@ -143,8 +143,6 @@ class Generate:
     ``cache`` False keeps this request away from the persistent KV cache (no lookup,
     no save). ``warm`` asks only to read the prompt and store its KV state: no tokens
     are generated, and Done comes once the state is stored (or refused).
-    ``uncompressed_prompt`` / ``uncompressed_messages``: when the gateway compressed
-    the prompt, the original, which the worker only counts (for usage reporting).
     ``speculative``: "off", "lookup" or "model" to override the worker's default.
     """
 
@@ -156,8 +154,6 @@ class Generate:
     messages: list[ChatMessage] | None = None
     cache: bool = True
     warm: bool = False
-    uncompressed_prompt: str | None = None
-    uncompressed_messages: list[ChatMessage] | None = None
     speculative: str | None = None
 
 
@@ -182,7 +178,6 @@ class Done:
     prompt_ms: float = 0.0  # time spent reading the prompt
     generation_ms: float = 0.0  # time from the first to the last token
     cache_saved: bool = False  # for warm requests: the prompt's state is in the store
-    uncompressed_prompt_tokens: int | None = None  # set when the prompt had been compressed
     draft_tokens: int = 0  # speculative tokens proposed
     accepted_draft_tokens: int = 0  # ...and accepted by the target model
 

@@ -95,6 +95,27 @@ def _cache(command: str) -> Run:
     return run
 
 
+def _compress_arguments(parser: argparse.ArgumentParser) -> None:
+    from gateway.compress import MODES
+
+    _config_argument(parser)
+    parser.add_argument("file", metavar="FILE", help="the text to compress; - reads standard input")
+    parser.add_argument(
+        "--mode", choices=MODES, default=None, help="compression mode (default: compress.mode of the configuration)"
+    )
+    parser.add_argument("--question", default="", help="the question, for --mode query")
+    parser.add_argument(
+        "--stats", action="store_true",
+        help="print one JSON line with the token counts before and after and the time taken, not the text",
+    )
+
+
+def _compress(args: argparse.Namespace) -> int:
+    from gateway import compress_cli
+
+    return compress_cli.run(args.config, args.file, args.mode, args.question, args.stats)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from supervisor.arbiter import serve
 
@@ -147,6 +168,8 @@ COMMANDS: Final[tuple[Command, ...]] = (
                 _cache("verify"), _cache_arguments),
         Command("purge", "delete every entry", _cache("purge"), _cache_arguments),
     )),
+    Command("compress", "print a document as the gateway's prompt compression rewrites it", _compress,
+            _compress_arguments),
     Command("config", "inspect the configuration", subcommands=(
         Command("check", "print the effective configuration, or what is wrong with it", _config_check),
     )),

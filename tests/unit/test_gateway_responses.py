@@ -31,8 +31,8 @@ def test_sse_done_and_error_frames() -> None:
 
 def test_usage_sums_and_serialises() -> None:
     done = Done("r", FinishReason.STOP, prompt_tokens=10, completion_tokens=3, cached_tokens=4,
-                uncompressed_prompt_tokens=30, draft_tokens=6, accepted_draft_tokens=2)
-    total = Usage.from_done(done) + Usage(1, 2, 0, 1)
+                draft_tokens=6, accepted_draft_tokens=2)
+    total = Usage.from_done(done, saved_tokens=20) + Usage(1, 2, 0, 1)
     assert total.to_dict() == {
         "prompt_tokens": 11,
         "completion_tokens": 5,
@@ -45,6 +45,11 @@ def test_usage_sums_and_serialises() -> None:
 def test_uncompressed_tokens_default_to_the_prompt_tokens() -> None:
     done = Done("r", FinishReason.STOP, prompt_tokens=10, completion_tokens=3)
     assert Usage.from_done(done).to_dict()["reame"]["uncompressed_prompt_tokens"] == 10
+
+
+def test_uncompressed_tokens_add_what_compression_saved() -> None:
+    done = Done("r", FinishReason.STOP, prompt_tokens=10, completion_tokens=3)
+    assert Usage.from_done(done, saved_tokens=90).to_dict()["reame"]["uncompressed_prompt_tokens"] == 100
 
 
 def test_chat_completion_shape() -> None:

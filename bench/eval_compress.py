@@ -1,0 +1,309 @@
+"""Evaluate prompt compression on the fact exam: retention, reduction, cost, and answers through a server.
+
+Over an eval directory (``docs/*.txt`` and ``questions.jsonl``, see its README):
+
+1. Fact retention per mode: apply each question's ``accept`` regex to its ``span``;
+   the fact is retained if the matched text occurs in the compressed document
+   (case-insensitive, whitespace runs collapsed). Critical facts are counted apart.
+   ``query`` compresses the document once per question, with that question.
+2. Token reduction per mode (the model's tokenizer) and compression time per document.
+3. Exam accuracy through a real `reame serve` (started here, or ``--url``), with
+   compression off, lossless and facts in one run: each question is asked with the
+   document as the system message and the question plus an instruction to answer
+   briefly as the user message, greedy. Only the first non-empty line of the reply is
+   graded: OK (accept matches, reject does not), HALLU (reject matches), MISS.
+   Time to first token is measured per request: "cold" is each document's first
+   question in a mode (the whole prompt is read), "warm" the others (the document's
+   KV state comes from the persistent cache).
+
+    .venv/bin/python -m bench.eval_compress [--eval DIR] [--model PATH] [--limit N]
+                                            [--url URL] [--no-exam] [--json FILE]
+
+Prints tables; a benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import openai
+
+from gateway.compress import compress
+from gateway.compress.messages import Policy, compress_messages
+from gateway.tokenizer import Tokenizer
+from shared.config import load
+from shared.model_file import model_path
+from shared.protocol import ChatMessage
+from tests.harness import start_server
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_EVAL = REPO.parent / "shared" / "eval"
+RETENTION_MODES = ("lossless", "facts", "query")
+EXAM_MODES = ("off", "lossless", "facts")
+INSTRUCTION = "Answer in a few words, on one line, using only the document."
+MAX_TOKENS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    id: str
+    doc: str
+    question: str
+    accept: str
+    reject: str
+    span: str
+    critical: bool
+
+    @property
+    def fact(self) -> str:
+        match = re.search(self.accept, self.span, re.I)
+        if match is None:
+            raise ValueError(f"{self.id}: accept does not match its span")
+        return match.group(0)
+
+
+@dataclasses.dataclass
+class Answer:
+    question: Question
+    mode: str
+    text: str
+    grade: str
+    ttft_s: float
+    cold: bool
+    prompt_tokens: int
+    uncompressed_tokens: int
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def grade(question: Question, reply: str) -> str:
+    """Grade the first non-empty line of a reply: OK, HALLU or MISS."""
+    line = next((line.strip() for line in reply.splitlines() if line.strip()), "")
+    if question.reject and re.search(question.reject, line, re.I):
+        return "HALLU"
+    if re.search(question.accept, line, re.I):
+        return "OK"
+    return "MISS"
+
+
+def load_exam(directory: Path, limit: int | None) -> tuple[dict[str, str], list[Question]]:
+    docs = {path.name: path.read_text(encoding="utf-8") for path in sorted((directory / "docs").glob("*.txt"))}
+    questions = [Question(**json.loads(line)) for line in (directory / "questions.jsonl").read_text().splitlines()
+                 if line.strip()]
+    if limit is not None:
+        per_doc: dict[str, int] = {}
+        kept = []
+        for q in questions:
+            per_doc[q.doc] = per_doc.get(q.doc, 0) + 1
+            if per_doc[q.doc] <= limit:
+                kept.append(q)
+        questions = kept
+    return docs, questions
+
+
+def retention(docs: dict[str, str], questions: list[Question], tokenizer: Tokenizer, budget: int) -> dict[str, Any]:
+    """Compress every document in every mode; return retention, tokens and times per mode."""
+    rows: dict[str, Any] = {}
+    original = sum(tokenizer.count(text) for text in docs.values())
+    for mode in RETENTION_MODES:
+        tokens, times, kept, lost = 0, [], {True: [0, 0], False: [0, 0]}, []
+        compressed: dict[str, str] = {}
+        if mode != "query":
+            for name, text in docs.items():
+                start = time.perf_counter()
+                compressed[name] = compress(text, mode)
+                times.append(time.perf_counter() - start)
+                tokens += tokenizer.count(compressed[name])
+        query_tokens: list[float] = []
+        for q in questions:
+            if mode == "query":
+                start = time.perf_counter()
+                text = compress(docs[q.doc], mode, question=q.question, budget=budget, count=tokenizer.count)
+                times.append(time.perf_counter() - start)
+                query_tokens.append(tokenizer.count(text) / tokenizer.count(docs[q.doc]))
+            else:
+                text = compressed[q.doc]
+            hit = flat(q.fact) in flat(text)
+            kept[q.critical][0] += hit
+            kept[q.critical][1] += 1
+            if not hit:
+                lost.append(q.id)
+        ratio = statistics.mean(query_tokens) if mode == "query" else tokens / original
+        rows[mode] = {
+            "critical_retained": kept[True][0], "critical_total": kept[True][1],
+            "all_retained": kept[True][0] + kept[False][0], "all_total": kept[True][1] + kept[False][1],
+            "lost": lost, "token_ratio": ratio, "tokens": tokens if mode != "query" else None,
+            "ms_per_doc": 1000 * statistics.median(times),
+        }
+    rows["original_tokens"] = original
+    return rows
+
+
+def cost(docs: dict[str, str], tokenizer: Tokenizer, min_tokens: int) -> dict[str, float]:
+    """Time the gateway's whole compression of each document in facts mode (token counting included)."""
+    policy = Policy("facts", min_tokens, 0, tokenizer.count)
+    times, saved, sizes = [], [], []
+    for text in docs.values():
+        messages = [ChatMessage("system", text), ChatMessage("user", "What is the price?")]
+        start = time.perf_counter()
+        result = compress_messages(messages, policy)
+        times.append(time.perf_counter() - start)
+        saved.append(result.saved_tokens)
+        sizes.append(tokenizer.count(text))
+    return {"ms": 1000 * statistics.mean(times), "saved_tokens": statistics.mean(saved),
+            "tokens": statistics.mean(sizes)}
+
+
+def print_cost(row: dict[str, float], rates: dict[str, float]) -> None:
+    print(f"\nCost of facts in the gateway (token counting included), mean over documents of "
+          f"{row['tokens']:.0f} tokens: {row['ms']:.1f} ms, saving {row['saved_tokens']:.0f} prompt tokens")
+    for name, rate in rates.items():
+        prefill = row["saved_tokens"] / rate
+        print(f"  prefill saved at {rate:.0f} tok/s ({name}): {prefill:.2f} s; compression costs "
+              f"{100 * row['ms'] / 1000 / prefill:.2f} % of it")
+
+
+@contextmanager
+def server_url(url: str | None, model: str | None, workers: int, threads: int) -> Iterator[str]:
+    if url:
+        yield url
+        return
+    overrides = {"workers_threads": str(threads)}
+    if model:
+        overrides["model_path"] = model
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start_server(Path(tmp), workers=workers, **overrides)
+        try:
+            yield server.base_url
+        finally:
+            server.stop()
+
+
+def ask(client: openai.OpenAI, document: str, question: Question, mode: str) -> tuple[str, float, Any]:
+    start = time.perf_counter()
+    first = 0.0
+    parts = []
+    usage = None
+    stream = client.chat.completions.create(
+        model="m",
+        messages=[{"role": "system", "content": document},
+                  {"role": "user", "content": f"{question.question}\n{INSTRUCTION}"}],
+        temperature=0, max_tokens=MAX_TOKENS, stream=True, stream_options={"include_usage": True},
+        extra_body={"reame": {"compress": mode}},
+    )
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            first = first or time.perf_counter()
+            parts.append(chunk.choices[0].delta.content)
+        if chunk.usage is not None:
+            usage = chunk.usage
+    return "".join(parts), (first or time.perf_counter()) - start, usage
+
+
+def exam(url: str, docs: dict[str, str], questions: list[Question]) -> list[Answer]:
+    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=900)
+    answers = []
+    for name in docs:
+        for mode in EXAM_MODES:
+            for i, q in enumerate(q for q in questions if q.doc == name):
+                text, ttft, usage = ask(client, docs[name], q, mode)
+                extra = (usage.model_extra or {}).get("reame", {}) if usage is not None else {}
+                answers.append(Answer(
+                    q, mode, text, grade(q, text), ttft, i == 0,
+                    usage.prompt_tokens if usage else 0, extra.get("uncompressed_prompt_tokens", 0),
+                ))
+                print(f"{q.id:10} {mode:8} {answers[-1].grade:5} {ttft:6.2f}s  {text.strip()[:60]!r}", flush=True)
+    return answers
+
+
+def percent(a: int, b: int) -> str:
+    return f"{100 * a / b:.1f}% ({a}/{b})" if b else "-"
+
+
+def print_retention(rows: dict[str, Any]) -> None:
+    print(f"\nFact retention and size ({rows['original_tokens']} tokens uncompressed over all documents)")
+    print(f"{'mode':10}{'critical':>18}{'all facts':>18}{'tokens':>10}{'reduction':>11}{'ms/doc':>9}  lost")
+    for mode in RETENTION_MODES:
+        r = rows[mode]
+        tokens = "-" if r["tokens"] is None else str(r["tokens"])
+        print(f"{mode:10}{percent(r['critical_retained'], r['critical_total']):>18}"
+              f"{percent(r['all_retained'], r['all_total']):>18}{tokens:>10}"
+              f"{100 * (1 - r['token_ratio']):>10.1f}%{r['ms_per_doc']:>9.1f}  {' '.join(r['lost']) or '-'}")
+
+
+def print_exam(answers: list[Answer]) -> None:
+    print("\nExam through the server (first non-empty line graded)")
+    print(f"{'mode':10}{'OK':>14}{'MISS':>8}{'HALLU':>7}{'critical OK':>16}{'prompt tok':>12}"
+          f"{'TTFT cold':>11}{'TTFT warm':>11}")
+    for mode in EXAM_MODES:
+        mine = [a for a in answers if a.mode == mode]
+        if not mine:
+            continue
+        crit = [a for a in mine if a.question.critical]
+        counts = {g: sum(a.grade == g for a in mine) for g in ("OK", "MISS", "HALLU")}
+        cold = [a.ttft_s for a in mine if a.cold]
+        warm = [a.ttft_s for a in mine if not a.cold]
+        print(f"{mode:10}{percent(counts['OK'], len(mine)):>14}{counts['MISS']:>8}{counts['HALLU']:>7}"
+              f"{percent(sum(a.grade == 'OK' for a in crit), len(crit)):>16}"
+              f"{statistics.mean(a.prompt_tokens for a in mine):>12.0f}"
+              f"{statistics.median(cold):>10.2f}s" + (f"{statistics.median(warm):>10.2f}s" if warm else f"{'-':>11}"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL, help=f"eval directory (default {DEFAULT_EVAL})")
+    parser.add_argument("--model", help="GGUF path (default: the configured or embedded model)")
+    parser.add_argument("--url", help="base URL of a running server (…/v1) instead of starting one")
+    parser.add_argument("--limit", type=int, help="only the first N questions of each document")
+    parser.add_argument("--no-exam", action="store_true", help="retention and reduction only, no server")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2, help="threads per worker")
+    parser.add_argument("--json", type=Path, help="also write every result to this file")
+    args = parser.parse_args()
+
+    environ = {"REAME_MODEL_PATH": args.model} if args.model else {}
+    config = load(None, environ=environ)
+    path = model_path(config)
+    tokenizer = Tokenizer(path)
+    tokenizer.load()
+    docs, questions = load_exam(args.eval, args.limit)
+    print(f"model: {path.name}; {len(docs)} documents, {len(questions)} questions"
+          + (f" (first {args.limit} per document)" if args.limit else ""))
+    rows = retention(docs, questions, tokenizer, config.compress.query_budget)
+    print_retention(rows)
+    spent = cost(docs, tokenizer, config.compress.min_tokens)
+    rates = {"default model, NOTES-llama.md": 215.0, "Qwen2.5-Coder-1.5B, NOTES-llama.md": 90.0}
+    print_cost(spent, rates)
+    answers: list[Answer] = []
+    if not args.no_exam:
+        with server_url(args.url, args.model, args.workers, args.threads) as url:
+            answers = exam(url, docs, questions)
+        cold = [a for a in answers if a.mode == "off" and a.cold]
+        if cold:
+            rates["measured: off, cold"] = sum(a.prompt_tokens for a in cold) / sum(a.ttft_s for a in cold)
+        print_retention(rows)
+        print_cost(spent, rates)
+        print_exam(answers)
+    if args.json:
+        args.json.write_text(json.dumps({
+            "model": path.name, "retention": rows, "cost": spent, "prefill_rates": rates,
+            "answers": [{"id": a.question.id, "mode": a.mode, "grade": a.grade, "text": a.text, "ttft_s": a.ttft_s,
+                         "cold": a.cold, "prompt_tokens": a.prompt_tokens,
+                         "uncompressed_prompt_tokens": a.uncompressed_tokens} for a in answers],
+        }, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Decide what of a request is compressed, and how many tokens that saved.
+
+Pure apart from the token counter it is given. Rules:
+
+- each message content, and a raw completions prompt, is compressed when it is longer
+  than ``min_tokens`` tokens;
+- the final question is never altered. It is the last paragraph (the text after the
+  last blank line) of the last user message, or of a completions prompt; when that
+  paragraph is itself longer than ``min_tokens`` (a document whose question was added
+  without a blank line) it is the last line. Only the part before it is compressed,
+  and the whitespace between the two is kept as it was;
+- assistant messages are left alone: they are the model's own words, and a last
+  assistant message is a prefix the model continues;
+- a cache warm request has no question: all of it is document.
+
+Since ``off``, ``lossless`` and ``facts`` compress a text the same way whatever
+follows it, a document sent before different questions gives the same compressed
+prefix, and its KV cache is reused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import Final
+
+from gateway.compress import compress
+from shared.protocol import ChatMessage
+
+COMPRESSED_ROLES: Final = frozenset({"system", "user", "tool"})
+_PARAGRAPH_BREAK: Final = re.compile(r"\n[ \t]*\n\s*")
+_LINE_BREAK: Final = re.compile(r"\n\s*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """How to compress: the mode, the size threshold, the query budget and the token counter."""
+
+    mode: str
+    min_tokens: int
+    query_budget: int
+    count: Callable[[str], int]
+
+    def long(self, text: str) -> bool:
+        """Tell whether ``text`` has more than ``min_tokens`` tokens (counting only when it may)."""
+        # A token covers at least one byte (plus a possible leading-space marker).
+        if len(text.encode("utf-8")) + 1 <= self.min_tokens:
+            return False
+        return self.count(text) > self.min_tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The compressed text or messages and the tokens saved (original minus compressed)."""
+
+    saved_tokens: int = 0
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+
+
+def split_question(text: str, policy: Policy) -> tuple[str, str, str]:
+    """Split ``text`` into (document, separator, final question); see the module doc."""
+    breaks = list(_PARAGRAPH_BREAK.finditer(text.rstrip()))
+    if breaks:
+        last = breaks[-1]
+        document, separator, question = text[: last.start()], last.group(0), text[last.end():]
+        if not policy.long(question):
+            return document, separator, question
+    lines = list(_LINE_BREAK.finditer(text.rstrip()))
+    if not lines:
+        return "", "", text
+    last = lines[-1]
+    return text[: last.start()], last.group(0), text[last.end():]
+
+
+def compress_messages(messages: list[ChatMessage], policy: Policy, *, warm: bool = False) -> Result:
+    """Compress the long contents of a chat request (see the module doc)."""
+    if policy.mode == "off":
+        return Result(messages=messages)
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    question = ""
+    if last_user >= 0 and not warm:
+        question = split_question(messages[last_user].content, policy)[2]
+    saved = 0
+    out: list[ChatMessage] = []
+    for i, message in enumerate(messages):
+        content = message.content
+        if message.role in COMPRESSED_ROLES and policy.long(content):
+            has_question = i == last_user and not warm
+            new, delta = _compress(content, policy, question, has_question)
+            if new != content:
+                message = dataclasses.replace(message, content=new)
+                saved += delta
+        out.append(message)
+    return Result(saved_tokens=saved, messages=out)
+
+
+def compress_prompt(prompt: str, policy: Policy, *, warm: bool = False) -> Result:
+    """Compress a raw completions prompt; its last paragraph is the question unless ``warm``."""
+    if policy.mode == "off" or not policy.long(prompt):
+        return Result(prompt=prompt)
+    question = "" if warm else split_question(prompt, policy)[2]
+    new, saved = _compress(prompt, policy, question, not warm)
+    return Result(saved_tokens=saved if new != prompt else 0, prompt=new)
+
+
+def _compress(text: str, policy: Policy, question: str, has_question: bool) -> tuple[str, int]:
+    """Compress ``text`` (keeping its final question if it has one); return it and the tokens saved."""
+    if has_question:
+        document, separator, final = split_question(text, policy)
+        if not document.strip():
+            return text, 0
+        compressed = _mode(document, policy, question)
+        new = compressed + separator + final if compressed else final
+        before, after = policy.count(document), policy.count(compressed)
+    else:
+        new = _mode(text, policy, question)
+        before, after = policy.count(text), policy.count(new)
+    return new, before - after
+
+
+def _mode(text: str, policy: Policy, question: str) -> str:
+    return compress(text, policy.mode, question=question, budget=policy.query_budget, count=policy.count)

@@ -1,0 +1,91 @@
+"""Count tokens with the served model's own tokenizer, in the gateway and the CLI.
+
+Only the vocabulary is loaded (llama.cpp's ``vocab_only`` model parameter: no weights,
+no context): about 20 MB and 60 ms for the default model, a quarter of a second for a
+1.5B one. It is loaded once per process, on first use, so a gateway that never sees a
+long prompt never loads it. If it cannot be loaded the counts fall back to an estimate
+(four bytes a token) and one warning is logged: the gateway keeps serving.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from gateway.compress import approximate_tokens
+
+log = logging.getLogger(__name__)
+
+
+def _drop_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    """Drop llama.cpp's log lines: a vocabulary load prints a hundred of them."""
+
+
+# llama_cpp.llama_log_callback's signature, built here so that importing this module
+# does not import llama_cpp.
+_QUIET = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)(_drop_log)
+
+
+class TokenizerError(RuntimeError):
+    """The vocabulary could not be loaded."""
+
+
+class Tokenizer:
+    """The tokenizer of the GGUF model at ``path``, loaded on first use."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._vocab: Any = None
+        self._model: Any = None
+        self._failed = path is None
+
+    def count(self, text: str) -> int:
+        """Return how many tokens ``text`` is (no BOS/EOS), or an estimate if there is no vocabulary."""
+        vocab = self._load()
+        if vocab is None:
+            return approximate_tokens(text)
+        import llama_cpp
+
+        data = text.encode("utf-8")
+        capacity = len(data) + 8  # a token covers at least one byte
+        tokens = (llama_cpp.llama_token * capacity)()
+        n: int = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, capacity, False, True)
+        if n < 0:  # never for byte-level vocabularies; kept for safety
+            tokens = (llama_cpp.llama_token * -n)()
+            n = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, -n, False, True)
+        return max(n, 0)
+
+    def load(self) -> None:
+        """Load the vocabulary now; raise TokenizerError if it cannot be (the CLI wants to know)."""
+        if self._load() is None:
+            raise TokenizerError(f"cannot load the vocabulary of {self.path}")
+
+    def _load(self) -> Any:
+        if self._vocab is not None or self._failed:
+            return self._vocab
+        with self._lock:
+            if self._vocab is None and not self._failed:
+                self._vocab = self._open()
+                self._failed = self._vocab is None
+        return self._vocab
+
+    def _open(self) -> Any:
+        try:
+            import llama_cpp
+        except ImportError as err:
+            log.warning("cannot count tokens exactly (llama_cpp: %s); estimating", err)
+            return None
+        llama_cpp.llama_log_set(_QUIET, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self._model:
+            log.warning("cannot load the vocabulary of %s; estimating token counts", self.path)
+            self._model = None
+            return None
+        return llama_cpp.llama_model_get_vocab(self._model)

@@ -1,0 +1,221 @@
+"""Compression in the gateway: the reame.compress switch, the tokenizer, usage, the saving counter, the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import falcon.testing
+import pytest
+import zmq
+
+from gateway.app import create_app
+from gateway.client import Dispatcher
+from gateway.compress.messages import Result
+from gateway.compression import Compressor, Savings
+from gateway.errors import APIError
+from gateway.tokenizer import Tokenizer, TokenizerError
+from gateway.validation import parse_chat, parse_completion, parse_warm
+from shared import config, protocol
+from shared.model_file import model_path
+from supervisor import cli
+from tests.unit.test_gateway_app import FakeDispatcher
+
+DEFAULTS = config.load(environ={}).sampling
+FILLER = "We love our wonderful customers and our friendly team is simply the best in town!"
+DOCUMENT = "## Prices\n\nA loaf costs £3.10. " + FILLER + "\n\nWe do not deliver on Sundays. " + FILLER
+
+
+def chat(**fields: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
+
+
+# ---- reame.compress ------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["off", "lossless", "facts", "query"])
+def test_every_mode_can_be_asked_for(mode: str) -> None:
+    assert parse_chat(chat(reame={"compress": mode}), DEFAULTS).options.compress == mode
+    body = {"prompt": "x", "reame": {"compress": mode}}
+    assert parse_completion(body, DEFAULTS).options.compress == mode
+    assert parse_warm(body).options.compress == mode
+
+
+def test_no_mode_means_the_configured_one() -> None:
+    assert parse_chat(chat(), DEFAULTS).options.compress is None
+    assert parse_chat(chat(reame={"compress": None}), DEFAULTS).options.compress is None
+
+
+@pytest.mark.parametrize("bad", ["zip", "FACTS", 1, True, ["facts"], {}])
+def test_a_bad_mode_is_a_400_naming_reame_compress(bad: object) -> None:
+    with pytest.raises(APIError) as caught:
+        parse_chat(chat(reame={"compress": bad}), DEFAULTS)
+    assert caught.value.status == 400 and caught.value.param == "reame.compress"
+    assert "off, lossless, facts, query" in caught.value.message
+
+
+def test_a_warm_request_takes_only_compress() -> None:
+    with pytest.raises(APIError) as caught:
+        parse_warm({"prompt": "x", "reame": {"cache": False}})
+    assert caught.value.param == "reame.cache"
+
+
+# ---- the tokenizer ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    loaded = Tokenizer(model_path(config.load(environ={})))
+    loaded.load()
+    return loaded
+
+
+def test_the_vocabulary_counts_tokens_like_the_model(tokenizer: Tokenizer) -> None:
+    assert tokenizer.count("") == 0
+    assert tokenizer.count("Hello world") == 2  # SmolLM2's BPE: "Hello", " world"
+    assert tokenizer.count("<|im_start|>") == 1  # special tokens are parsed, as the worker does
+    assert 0 < tokenizer.count(DOCUMENT) < len(DOCUMENT)
+
+
+def test_without_a_vocabulary_counts_are_estimates(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    assert Tokenizer(None).count("12345678") == 2
+    missing = Tokenizer(tmp_path / "missing.gguf")
+    with caplog.at_level(logging.WARNING):
+        assert missing.count("abcd") == 1
+    assert "estimating" in caplog.text
+    with pytest.raises(TokenizerError):
+        missing.load()
+
+
+# ---- the compressor and its counter ----------------------------------------------------
+
+def test_the_saving_counter_adds_up_compressed_requests() -> None:
+    savings = Savings()
+    savings.add(Result(saved_tokens=0))
+    savings.add(Result(saved_tokens=40))
+    savings.add(Result(saved_tokens=2))
+    assert (savings.snapshot().compressed, savings.snapshot().saved_tokens) == (2, 42)
+
+
+def test_the_compressor_uses_the_configured_mode_unless_asked(tokenizer: Tokenizer) -> None:
+    cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_COMPRESS_MODE": "off"})
+    savings = Savings()
+    compressor = Compressor(cfg, tokenizer, savings)
+    messages = [protocol.ChatMessage("system", DOCUMENT)]
+    assert compressor.messages(messages, None).messages == messages
+    result = compressor.messages(messages, "facts")
+    assert result.messages is not None and FILLER not in result.messages[0].content
+    assert result.saved_tokens == tokenizer.count(DOCUMENT) - tokenizer.count(result.messages[0].content)
+    assert savings.snapshot().saved_tokens == result.saved_tokens
+
+
+# ---- through the app, against a fake dispatcher ---------------------------------------
+
+@pytest.fixture
+def fake() -> Iterator[FakeDispatcher]:
+    context: zmq.Context[Any] = zmq.Context()
+    dispatcher = FakeDispatcher(context)
+    yield dispatcher
+    dispatcher.stop()
+    context.destroy(linger=0)
+
+
+@pytest.fixture
+def client(fake: FakeDispatcher) -> falcon.testing.TestClient:
+    cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_MODEL_ALIAS": "m"})
+    return falcon.testing.TestClient(create_app(cfg, Dispatcher(fake.address, liveness_s=0.5, context=fake.context)))
+
+
+def test_a_chat_request_is_sent_compressed_and_reports_what_it_saved(
+    client: falcon.testing.TestClient, fake: FakeDispatcher, tokenizer: Tokenizer
+) -> None:
+    body = {"messages": [{"role": "system", "content": DOCUMENT}, {"role": "user", "content": "hello"}],
+            "reame": {"compress": "facts"}}
+    result = client.simulate_post("/v1/chat/completions", json=body)
+    assert result.status_code == 200, result.text
+    (sent,) = fake.generates()
+    assert sent.messages is not None
+    compressed = sent.messages[0].content
+    assert compressed == "## Prices\n\nA loaf costs £3.10.\n\nWe do not deliver on Sundays."
+    saved = tokenizer.count(DOCUMENT) - tokenizer.count(compressed)
+    usage = result.json["usage"]
+    assert usage["prompt_tokens"] == 5  # what the (fake) worker read
+    assert usage["reame"]["uncompressed_prompt_tokens"] == 5 + saved
+
+
+def test_streamed_and_completion_usage_report_the_saving_too(
+    client: falcon.testing.TestClient, fake: FakeDispatcher
+) -> None:
+    body = {"messages": [{"role": "system", "content": DOCUMENT}, {"role": "user", "content": "hello"}],
+            "reame": {"compress": "facts"}, "stream": True, "stream_options": {"include_usage": True}}
+    text = client.simulate_post("/v1/chat/completions", json=body).text
+    usage = json.loads(text.split("data: ")[-2])["usage"]
+    assert usage["reame"]["uncompressed_prompt_tokens"] > usage["prompt_tokens"]
+    prompt = {"prompt": "p" + DOCUMENT + "\n\nQuestion?", "reame": {"compress": "facts"}, "max_tokens": 2}
+    done = client.simulate_post("/v1/completions", json=prompt).json
+    assert done["usage"]["reame"]["uncompressed_prompt_tokens"] > done["usage"]["prompt_tokens"]
+    sent = fake.generates()[-1].prompt
+    assert sent == "p## Prices\n\nA loaf costs £3.10.\n\nWe do not deliver on Sundays.\n\nQuestion?"
+
+
+def test_compression_off_sends_the_document_unchanged(
+    client: falcon.testing.TestClient, fake: FakeDispatcher
+) -> None:
+    body = {"messages": [{"role": "system", "content": DOCUMENT}, {"role": "user", "content": "hello"}],
+            "reame": {"compress": "off"}}
+    usage = client.simulate_post("/v1/chat/completions", json=body).json["usage"]
+    sent = fake.generates()[0].messages
+    assert sent == [protocol.ChatMessage("system", DOCUMENT), protocol.ChatMessage("user", "hello")]
+    assert usage["reame"]["uncompressed_prompt_tokens"] == usage["prompt_tokens"]
+
+
+def test_a_bad_mode_is_answered_400(client: falcon.testing.TestClient) -> None:
+    result = client.simulate_post("/v1/chat/completions", json=chat(reame={"compress": "gzip"}))
+    assert result.status_code == 400 and result.json["error"]["param"] == "reame.compress"
+
+
+# ---- `reame compress` -------------------------------------------------------------------
+
+@pytest.fixture
+def document(tmp_path: Path) -> Path:
+    path = tmp_path / "doc.txt"
+    path.write_text(DOCUMENT, encoding="utf-8")
+    return path
+
+
+def test_the_command_prints_the_compressed_text(document: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["compress", str(document), "--mode", "facts"]) == 0
+    assert capsys.readouterr().out == "## Prices\n\nA loaf costs £3.10.\n\nWe do not deliver on Sundays.\n"
+
+
+def test_the_command_prints_statistics(
+    document: Path, capsys: pytest.CaptureFixture[str], tokenizer: Tokenizer
+) -> None:
+    assert cli.main(["compress", str(document), "--mode", "facts", "--stats"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["mode"] == "facts" and stats["tokens_before"] == tokenizer.count(DOCUMENT)
+    assert 0 < stats["tokens_after"] < stats["tokens_before"] and stats["seconds"] >= 0
+
+
+def test_the_command_reads_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a  &amp;  b")))
+    assert cli.main(["compress", "-", "--mode", "lossless"]) == 0
+    assert capsys.readouterr().out == "a & b\n"
+
+
+@pytest.mark.parametrize("name", ["missing.txt", "."])
+def test_an_unreadable_file_is_a_usage_error(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["compress", name]) == 2
+    assert name in capsys.readouterr().err
+
+
+def test_a_bad_mode_is_refused_by_the_command(document: Path) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["compress", str(document), "--mode", "zip"])
+    assert caught.value.code == 2

@@ -1,0 +1,78 @@
+"""Every mode is deterministic and idempotent, on any text; query ranks under its budget."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.compress import MODES, approximate_tokens, compress
+from gateway.compress.query import fold, rank, terms
+
+PIECES = st.sampled_from([
+    "Price: £3.10", "We love you!", "Open 9:00–17:00.", "We do not deliver on Sundays.", "<br>", "&nbsp;",  # noqa: RUF001
+    "&amp;", "**", "- ", "## ", "| ", "---", "\n", "\n\n", " ", "Happy days! ", "Page 2 of 3", "1.2 ", "If so, ",
+    "Thank you. ", "Call 0117 496 0291.", "```", "> ", "[Book now]", "(see above)", "…", "ﬁ", "\u00a0",
+])
+TEXT = st.one_of(
+    st.lists(PIECES, max_size=40).map("".join),
+    st.text(max_size=300),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(TEXT, st.sampled_from(MODES))
+def test_compressing_twice_changes_nothing_more(text: str, mode: str) -> None:
+    once = compress(text, mode, question="When do you open?", budget=40)
+    assert compress(once, mode, question="When do you open?", budget=40) == once
+
+
+@settings(max_examples=200, deadline=None)
+@given(TEXT, st.sampled_from(MODES))
+def test_compression_is_deterministic(text: str, mode: str) -> None:
+    assert compress(text, mode, question="q", budget=40) == compress(str(text), mode, question="q", budget=40)
+
+
+def test_off_is_the_identity_and_unknown_modes_are_refused() -> None:
+    assert compress("  <b>x</b>  ", "off") == "  <b>x</b>  "
+    with pytest.raises(ValueError, match="unknown compression mode 'zip'"):
+        compress("x", "zip")
+
+
+def test_code_is_left_alone_in_every_mode() -> None:
+    code = "def f(x):\n    if x:\n        return 1\n    return 2\n\n\nclass A:\n    pass\n"
+    for mode in MODES:
+        assert compress(code, mode) == code
+
+
+DOC = """## Prices
+A loaf costs £3.10.
+A cake costs £24.
+
+## Delivery
+We deliver Monday to Saturday between 5:30 and 9:00.
+We do not deliver on Sundays.
+
+## Contact
+Call 0117 496 0291."""
+
+
+def test_query_keeps_the_relevant_lines_with_their_headings_under_the_budget() -> None:
+    out = rank(DOC, "Do you deliver on Sundays?", 20, approximate_tokens)
+    assert "We do not deliver on Sundays." in out and "## Delivery" in out
+    assert "£3.10" not in out
+    assert approximate_tokens(out) <= 20 + 5  # line breaks are counted as one token each
+
+
+def test_query_fills_the_budget_in_document_order_when_nothing_matches() -> None:
+    out = rank(DOC, "Hello?", 12, approximate_tokens)
+    assert out.startswith("## Prices\nA loaf costs £3.10.")
+
+
+def test_query_returns_everything_when_it_fits() -> None:
+    assert rank(DOC, "anything", 10_000, approximate_tokens) == DOC
+
+
+def test_query_folds_inflections_and_ignores_stopwords() -> None:
+    assert fold("days") == "day" and fold("delivered") == "deliver" and fold("booking") == "book"
+    assert terms("What is the price of the cakes?") == {"price", "cak"}
