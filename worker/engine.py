@@ -5,18 +5,21 @@ outgoing messages and a cancel Event, so it can be driven directly in tests.
 Every request ends with exactly one Done or Error. With a persistent KV cache
 (worker.prefix_cache), a prompt's prefix may be restored before the prefill, and
 the prompt's state is saved after Done has been sent, so no client waits for it.
+Tokens are decoded plainly or speculatively (worker.speculative), as the request
+or the worker's default asks; both loops emit through worker.output, so the
+client sees the same messages either way.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Final, TypeVar
 
 from shared.protocol import (
-    Delta,
     Done,
     Error,
     ErrorCode,
@@ -27,13 +30,18 @@ from shared.protocol import (
 from worker.chat_template import ChatTemplate, ChatTemplateError
 from worker.kv import KvCache, prefill_chunks
 from worker.model import DecodeError, Model
+from worker.output import Output
 from worker.prefix_cache import PrefixCache
 from worker.sampler import Sampler, SamplingError
+from worker.speculative.chooser import TargetChooser
+from worker.speculative.loop import Tally, generate
+from worker.speculative.setup import OFF, PARAM, Speculation, SpeculationError, check_mode
 from worker.stops import TextStream
 
 log = logging.getLogger(__name__)
 
 Send = Callable[[Message], None]
+_S = TypeVar("_S", Sampler, TargetChooser)
 
 NO_TEMPLATE: Final = (
     "this model has no chat template (tokenizer.chat_template in its GGUF file); "
@@ -71,10 +79,12 @@ class Engine:
         shutting_down: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.time,
         cache: PrefixCache | None = None,
+        speculation: Speculation | None = None,
     ) -> None:
         self.model = model
         self.kv = KvCache(model)
         self.cache = cache
+        self.speculation = speculation
         self._shutting_down = shutting_down
         self._clock = clock  # wall clock, for Generate.deadline
         self._template, self._template_problem = load_template(model)
@@ -91,6 +101,8 @@ class Engine:
         self.kv.reset()
         self.kv.append((token,), logits_last=True)
         self.kv.reset()
+        if self.speculation is not None:
+            self.speculation.calibrate(self.kv, token, self.model.n_batch)
 
     def run(self, request: Generate, send: Send, cancel: threading.Event) -> None:
         """Serve ``request``: Deltas as text becomes final, then one Done or Error."""
@@ -130,54 +142,82 @@ class Engine:
     def _generate(self, request: Generate, send: Send, cancel: threading.Event) -> tuple[Done, list[int]]:
         started = time.perf_counter()
         rid = request.request_id
-        params = request.sampling
+        mode = self._mode(request)
         prompt, what, stops = self._prompt(request)
-        budget = self._budget(len(prompt), params.max_tokens, what)
-        try:
-            sampler = Sampler(params, self.model.n_vocab, self.model.n_ctx)
-        except SamplingError as err:
-            raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), err.param) from err
+        budget = self._budget(len(prompt), request.sampling.max_tokens, what)
+        out = Output(rid, budget, TextStream(stops), self.model.piece, self.model.is_eog, send)
+        if mode == OFF or self.speculation is None:
+            cached, prefilled = self._plain(request, prompt, out, cancel)
+            tally = Tally()
+        else:
+            cached, prefilled, tally = self._speculative(self.speculation, mode, request, prompt, out, cancel)
+        finished = time.perf_counter()
+        done = Done(
+            request_id=rid,
+            finish_reason=out.finish,
+            prompt_tokens=len(prompt),
+            completion_tokens=out.produced,
+            cached_tokens=cached,
+            prompt_ms=(prefilled - started) * 1000.0,
+            generation_ms=(finished - prefilled) * 1000.0,
+            draft_tokens=tally.drafted,
+            accepted_draft_tokens=tally.accepted,
+        )
+        return done, prompt
+
+    def _plain(self, request: Generate, prompt: list[int], out: Output, cancel: threading.Event) -> tuple[int, float]:
+        """Prefill, then sample and evaluate one token at a time; return (cached, prefill end)."""
+        sampler = self._sampler(Sampler, request)
         try:
             cached = self._prefill(prompt, request, cancel)
             sampler.feed_prompt(prompt)
             prefilled = time.perf_counter()
-            stream = TextStream(stops)
-            produced = pending = 0
-            finish = FinishReason.LENGTH
-            while produced < budget:
+            while not out.ended:
                 token = sampler.sample(self.model.ctx)
-                if self.model.is_eog(token):
-                    finish = FinishReason.STOP
-                    break
-                produced += 1
-                pending += 1
-                text = stream.push(self.model.piece(token))
-                if text:
-                    send(Delta(rid, text, pending))
-                    pending = 0
-                if stream.stopped:
-                    finish = FinishReason.STOP
-                    break
-                if produced == budget:
-                    break  # no need to evaluate a token nothing will follow
-                self._check(request, cancel)
-                self.kv.append((token,), logits_last=True)
-            tail = stream.finish()
-            if tail:
-                send(Delta(rid, tail, pending))
+                if out.take(token):  # else: no need to evaluate a token nothing will follow
+                    self._check(request, cancel)
+                    self.kv.append((token,), logits_last=True)
+            out.close()
         finally:
             sampler.close()
-        finished = time.perf_counter()
-        done = Done(
-            request_id=rid,
-            finish_reason=finish,
-            prompt_tokens=len(prompt),
-            completion_tokens=produced,
-            cached_tokens=cached,
-            prompt_ms=(prefilled - started) * 1000.0,
-            generation_ms=(finished - prefilled) * 1000.0,
-        )
-        return done, prompt
+        return cached, prefilled
+
+    def _speculative(
+        self, speculation: Speculation, mode: str, request: Generate, prompt: list[int], out: Output,
+        cancel: threading.Event,
+    ) -> tuple[int, float, Tally]:
+        """Prefill, then decode with drafts (worker.speculative.loop); return (cached, prefill end, tally)."""
+        chooser = self._sampler(TargetChooser, request)
+        check = functools.partial(self._check, request, cancel)
+        try:
+            cached = self._prefill(prompt, request, cancel)
+            chooser.feed_prompt(prompt)
+            drafter = speculation.drafter(mode, self.model.n_batch)
+            drafter.begin(prompt, check)
+            prefilled = time.perf_counter()
+            controller = speculation.controller(mode)
+            tally = generate(self.kv, chooser, drafter, controller, out, check, self.model.n_batch)
+            out.close()
+        finally:
+            chooser.close()
+        speculation.count(tally, controller)
+        return cached, prefilled, tally
+
+    def _sampler(self, kind: type[_S], request: Generate) -> _S:
+        try:
+            return kind(request.sampling, self.model.n_vocab, self.model.n_ctx)
+        except SamplingError as err:
+            raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), err.param) from err
+
+    def _mode(self, request: Generate) -> str:
+        """Return the request's speculative mode; refuse one this worker cannot serve."""
+        try:
+            if self.speculation is None:
+                check_mode(request.speculative, has_draft=False)
+                return OFF
+            return self.speculation.resolve(request.speculative)
+        except SpeculationError as err:
+            raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), PARAM) from err
 
     def _warm(self, request: Generate, cancel: threading.Event) -> Done:
         """Read the prompt and store its state; nothing is generated."""

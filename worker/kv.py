@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
+
 from worker.model import DecodeError, Model
 
 # llama.cpp evaluates a one-token batch with other kernels than a larger batch, and
@@ -131,6 +134,22 @@ class KvCache:
             self.reset()
             raise
         self._tokens.extend(tokens)
+
+    def evaluate(self, tokens: Sequence[int]) -> None:
+        """Evaluate ``tokens`` after the cached ones with logits at every position (see :meth:`logits`).
+
+        On failure the cache is emptied.
+        """
+        try:
+            self._model.decode(tokens, len(self._tokens), logits_last=True, logits_all=True)
+        except DecodeError:
+            self.reset()
+            raise
+        self._tokens.extend(tokens)
+
+    def logits(self, index: int) -> npt.NDArray[np.float32]:
+        """Return the logits after the ``index``-th token of the last evaluation (-1: its last)."""
+        return self._model.logits(index)
 
     def reset(self) -> None:
         """Empty the KV cache and the token list."""

@@ -27,6 +27,7 @@ from worker.fingerprint import model_fingerprint, short
 from worker.link import Link
 from worker.model import DecodeError, Model, ModelError
 from worker.prefix_cache import PrefixCache
+from worker.speculative import setup as speculative
 
 log = logging.getLogger("worker")
 
@@ -122,11 +123,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot read the model file %s: %s", model.path, err)
         model.close()
         return EXIT_BOOT_FAILURE
-    engine = Engine(model, shutting_down=lambda: stop.is_set)
+    try:
+        speculation = speculative.from_config(config, model)
+    except ModelError as err:
+        log.error("cannot load the draft model: %s", err)
+        model.close()
+        return EXIT_BOOT_FAILURE
+    engine = Engine(model, shutting_down=lambda: stop.is_set, speculation=speculation)
     try:
         engine.warm_up()
     except DecodeError as err:
         log.error("cannot run the model: %s", err)
+        speculation.close()
         model.close()
         return EXIT_BOOT_FAILURE
     load_s = time.perf_counter() - started
@@ -156,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cache is not None:
             cache.close()
         context.term()
+        speculation.close()
         model.close()
     log.info("stopped")
     return code

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import llama_cpp
+import numpy as np
+import numpy.typing as npt
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +189,12 @@ class Model:
 
     # -- KV cache ----------------------------------------------------------------
 
-    def decode(self, tokens: Sequence[int], start: int, logits_last: bool) -> None:
-        """Evaluate ``tokens`` at positions ``start...`` (at most n_batch of them)."""
+    def decode(self, tokens: Sequence[int], start: int, logits_last: bool, logits_all: bool = False) -> None:
+        """Evaluate ``tokens`` at positions ``start...`` (at most n_batch of them).
+
+        ``logits_all`` asks for logits at every position (speculative verification),
+        else only at the last one if ``logits_last``.
+        """
         n = len(tokens)
         if not 0 < n <= self._batch_size:
             raise ValueError(f"decode takes 1 to {self._batch_size} tokens, got {n}")
@@ -202,11 +208,22 @@ class Model:
             pos[i] = start + i
             n_seq_id[i] = 1
             seq_id[i][0] = SEQ_ID
-            logits[i] = False
-        logits[n - 1] = logits_last
+            logits[i] = logits_all
+        logits[n - 1] = logits_last or logits_all
         rc = llama_cpp.llama_decode(self._ctx, batch)
         if rc != 0:
             raise DecodeError(f"llama_decode returned {rc} for {n} tokens at position {start}")
+
+    def logits(self, index: int) -> npt.NDArray[np.float32]:
+        """Return the logits after the ``index``-th token of the last decode (-1: its last token).
+
+        The array is a view of llama.cpp's buffer: valid until the next decode.
+        """
+        pointer = llama_cpp.llama_get_logits_ith(self._ctx, index)
+        if not pointer:
+            raise DecodeError(f"no logits for position {index} of the last batch")
+        row: npt.NDArray[np.float32] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
+        return row
 
     def truncate(self, length: int) -> bool:
         """Drop KV cells from position ``length`` on; False if the cache cannot do that."""

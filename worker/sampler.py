@@ -94,7 +94,8 @@ def _bias_array(pairs: Sequence[tuple[int, float]]) -> ctypes.Array[Any]:
     return (llama_cpp.llama_logit_bias * len(items))(*items)
 
 
-def _make(stage: Stage, n_vocab: int) -> Any:
+def make_stage(stage: Stage, n_vocab: int) -> Any:
+    """Create the C sampler for one stage of a plan."""
     name, args = stage
     if name == "logit_bias":
         (pairs,) = args
@@ -128,7 +129,7 @@ class Sampler:
         try:
             for stage in stages:
                 # The chain owns (and frees) every sampler added to it.
-                llama_cpp.llama_sampler_chain_add(self._chain, _make(stage, n_vocab))
+                llama_cpp.llama_sampler_chain_add(self._chain, make_stage(stage, n_vocab))
         except BaseException:
             self.close()
             raise

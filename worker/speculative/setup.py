@@ -1,0 +1,185 @@
+"""A worker's speculative decoding: its settings, draft model, measured costs and counters.
+
+The engine asks :meth:`Speculation.resolve` which mode a request runs in, and
+gets a fresh drafter and controller per request from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Final
+
+from shared.config import Config
+from worker.kv import KvCache
+from worker.model import Model, ModelError
+from worker.speculative import costs
+from worker.speculative.adaptive import (
+    DEFAULT_COSTS,
+    LookupController,
+    ModelController,
+    StepCosts,
+    model_can_pay,
+)
+from worker.speculative.draft_model import ModelDrafter, vocabulary_problem
+from worker.speculative.loop import Controller, Drafter, Tally
+from worker.speculative.ngram import LookupDrafter
+
+log = logging.getLogger(__name__)
+
+OFF: Final = "off"
+LOOKUP: Final = "lookup"
+MODEL: Final = "model"
+MODES: Final = (OFF, LOOKUP, MODEL)
+PARAM: Final = "reame.speculative"  # the request field that picks a mode
+DRAFT_KV_TYPE: Final = "f16"  # the draft's cache is small; a quantized one would need flash attention
+
+
+class SpeculationError(ValueError):
+    """A request asked for a speculative mode this worker cannot serve."""
+
+
+def check_mode(asked: str | None, has_draft: bool) -> None:
+    """Refuse a mode that does not exist, or model mode without a draft model."""
+    if asked is None:
+        return
+    if asked not in MODES:
+        raise SpeculationError(f"{PARAM} must be one of {', '.join(MODES)}; got {asked!r}")
+    if asked == MODEL and not has_draft:
+        raise SpeculationError(
+            f"{PARAM} 'model' needs a draft model, and this server has none (speculative.draft_model_path)"
+        )
+
+
+@dataclasses.dataclass
+class Counters:
+    """Totals over the worker's life, for metrics."""
+
+    requests: int = 0  # requests decoded with speculation on
+    steps: int = 0  # verification decodes
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    switched_off: int = 0  # requests in which the draft model was switched off
+
+
+class Speculation:
+    """What one worker needs to decode speculatively."""
+
+    def __init__(
+        self, mode: str, draft_min: int, draft_max: int, draft: Model | None = None, adaptive: bool = True
+    ) -> None:
+        check_mode(mode, draft is not None)
+        if not 1 <= draft_min <= draft_max:
+            raise ValueError(f"need 1 <= draft_min <= draft_max, got {draft_min} and {draft_max}")
+        self.mode = mode
+        self.draft_min = draft_min
+        self.draft_max = draft_max
+        self.draft = draft
+        self.draft_kv = KvCache(draft) if draft is not None else None
+        self.adaptive = adaptive
+        self.costs: StepCosts = DEFAULT_COSTS
+        self.available = True  # False when the target's cache cannot drop positions
+        self.counters = Counters()
+
+    def resolve(self, asked: str | None) -> str:
+        """Return the mode a request runs in; raise :class:`SpeculationError` for a bad request.
+
+        Model mode runs plainly when the measured costs say the draft model cannot pay
+        (then it does not even read the prompt).
+        """
+        check_mode(asked, self.draft is not None)
+        mode = self.mode if asked is None else asked
+        if not self.available or (mode == MODEL and self.adaptive and not self.model_pays):
+            return OFF
+        return mode
+
+    @property
+    def model_pays(self) -> bool:
+        """Tell whether the draft model could speed decoding up, at the measured costs."""
+        return model_can_pay(self.costs, self.draft_min, self.draft_max)
+
+    def calibrate(self, target: KvCache, filler: int, n_batch: int) -> None:
+        """Check that rejected positions can be dropped, then measure the step costs.
+
+        Drafts are capped to fit a decode batch of ``n_batch`` tokens.
+        """
+        if n_batch < 2:
+            log.warning("model.n_batch %d leaves no room for drafts: speculative decoding is off", n_batch)
+            self.available = False
+            return
+        self.draft_max = min(self.draft_max, n_batch - 1)
+        self.draft_min = min(self.draft_min, self.draft_max)
+        target.reset()
+        target.append((filler, filler), logits_last=True)
+        if not target.truncate(1):  # recurrent caches cannot cut a sequence
+            log.warning("this model's KV cache cannot drop positions: speculative decoding is off")
+            self.available = False
+            return
+        self.costs = costs.measure(target, self.draft_min, self.draft_max, filler, n_batch, self.draft_kv)
+        log.info(
+            "speculative decoding: default %s, drafts of %d to %d; batch costs in one-token decodes: %s%s",
+            self.mode, self.draft_min, self.draft_max,
+            ", ".join(f"{size}: {cost:.2f}" for size, cost in self.costs.points),
+            f"; a draft-model token: {self.costs.draft:.2f}" if self.draft is not None else "",
+        )
+        if self.draft is not None and not self.model_pays:
+            log.warning(
+                "the draft model costs %.2f target decodes per token: it cannot speed decoding up here, "
+                "so model mode will decode plainly", self.costs.draft,
+            )
+
+    def drafter(self, mode: str, n_batch: int) -> Drafter:
+        """Return a drafter for one request in ``mode`` (lookup or model)."""
+        if mode == MODEL and self.draft_kv is not None:
+            return ModelDrafter(self.draft_kv, n_batch)
+        return LookupDrafter()
+
+    def controller(self, mode: str) -> Controller:
+        """Return the draft-length controller for one request in ``mode``."""
+        if mode == MODEL:
+            return ModelController(self.costs, self.draft_min, self.draft_max, self.adaptive)
+        lookup_costs = dataclasses.replace(self.costs, draft=0.0)
+        return LookupController(lookup_costs, self.draft_min, self.draft_max, self.adaptive)
+
+    def count(self, tally: Tally, controller: Controller) -> None:
+        """Add a finished request to the worker's counters."""
+        counters = self.counters
+        counters.requests += 1
+        counters.steps += tally.steps
+        counters.draft_tokens += tally.drafted
+        counters.accepted_tokens += tally.accepted
+        counters.switched_off += controller.switched_off
+
+    def close(self) -> None:
+        """Free the draft model (idempotent)."""
+        if self.draft is not None:
+            self.draft.close()
+
+
+def load_draft(config: Config, target: Model) -> Model | None:
+    """Load the configured draft model, refusing one whose vocabulary differs from the target's."""
+    path_text = config.speculative.draft_model_path
+    if not path_text:
+        return None
+    path = Path(path_text).expanduser()
+    if not path.is_file():
+        raise ModelError(f"speculative.draft_model_path {path} is not a file")
+    draft = Model(path, target.n_ctx, config.model.n_batch, config.workers.threads, DRAFT_KV_TYPE)
+    problem = vocabulary_problem(target, draft)
+    if problem is not None:
+        draft.close()
+        raise ModelError(f"the draft model {path} cannot draft for {target.path}: {problem}")
+    return draft
+
+
+def from_config(config: Config, target: Model) -> Speculation:
+    """Build a worker's speculation from its configuration (loads the draft model, if any)."""
+    section = config.speculative
+    draft = load_draft(config, target)
+    try:
+        return Speculation(section.mode, section.draft_min, section.draft_max, draft)
+    except ValueError as err:
+        if draft is not None:
+            draft.close()
+        raise ModelError(str(err)) from err
