@@ -3,9 +3,9 @@
 The cost model. A decode of b tokens with logits at every position costs
 ``batch(b)`` one-token decodes, measured by each worker at start-up
 (worker.speculative.costs) because it depends on the model, the threads and the
-CPU. Measured on a 2-core EPYC: Qwen2.5-Coder-1.5B Q4_K_M costs 2.0 for 2
-tokens, 6.6 for 8 and 7.0 for 16 at one thread (1.7, 4.6 and 5.4 at two
-threads); the 135M default model 10.7 for 16 at one thread. On CPUs, then, a
+CPU. Measured on a 2-core EPYC: Qwen2.5-Coder-1.5B Q4_K_M costs 1.9 for 2
+tokens, 6.5 for 8 and 6.9 for 16 at one thread (1.7, 4.4 and 4.9 at two
+threads); the 135M default model 10.5 for 16 at one thread. On CPUs, then, a
 verification pays only when long runs of drafts are accepted. Draft lengths are
 chosen among the measured batch sizes, so a cost is never a guess. A model
 draft adds ``draft`` per drafted token (the draft model's own one-token
