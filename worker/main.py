@@ -16,9 +16,8 @@ from typing import Final
 
 import zmq
 
-from shared import logs
-from shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
-from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
+from shared.config import Config
+from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
 from shared.model_file import ModelFileError, model_alias, model_path
 from shared.protocol import Error, ErrorCode, Ready
 from worker.cache_client import CacheClient
@@ -36,18 +35,9 @@ POLL_S: Final = 0.1
 SHUTDOWN_MESSAGE: Final = "the worker is shutting down; retry the request"
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Read the command line."""
-    parser = argparse.ArgumentParser(
-        prog="python -m worker",
-        description="Serve completions from one llama.cpp context, fed by the dispatcher.",
-    )
-    parser.add_argument(
-        "--config", metavar="FILE",
-        help=f"configuration file (default: ${CONFIG_PATH_ENV}, else built-in defaults)",
-    )
+def index_argument(parser: argparse.ArgumentParser) -> None:
+    """Add the worker's own argument to the common ones."""
     parser.add_argument("--index", type=int, default=0, metavar="N", help="this worker's number (for its id)")
-    return parser.parse_args(argv)
 
 
 def memory_summary() -> str:
@@ -100,14 +90,12 @@ def serve(engine: Engine, link: Link, stop: StopFlag) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a worker until SIGTERM/SIGINT; return the process exit code."""
-    args = parse_args(argv)
-    try:
-        config = load(args.config or os.environ.get(CONFIG_PATH_ENV) or None)
-    except ConfigError as err:
-        logs.setup("worker", "info")
-        log.error("cannot start: %s", err)
+    booted = boot(
+        "worker", "Serve completions from one llama.cpp context, fed by the dispatcher.", argv, index_argument
+    )
+    if booted is None:
         return EXIT_BOOT_FAILURE
-    logs.setup("worker", config.logging.level)
+    args, config = booted
     stop = StopFlag()
     stop.install()
 

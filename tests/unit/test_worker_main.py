@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import re
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
-from worker.main import main, memory_summary, parse_args
+from worker.main import index_argument, main, memory_summary
 
 
 @pytest.fixture(autouse=True)
@@ -24,9 +25,10 @@ def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_arguments() -> None:
-    args = parse_args(["--config", "x.conf", "--index", "3"])
-    assert (args.config, args.index) == ("x.conf", 3)
-    assert parse_args([]).index == 0
+    parser = argparse.ArgumentParser()
+    index_argument(parser)
+    assert parser.parse_args(["--index", "3"]).index == 3
+    assert parser.parse_args([]).index == 0
 
 
 def test_bad_config_is_a_boot_failure(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
