@@ -6,7 +6,8 @@ Modes, each including the one before:
 - ``lossless``: :mod:`normalize` (whitespace, Unicode, HTML, markdown noise) then
   :mod:`dedupe` (repeated lines, paragraphs and boilerplate). No word of content goes;
 - ``facts``: :mod:`facts` keeps every sentence, item or row holding a fact and drops
-  filler. No number, negation or condition is ever dropped or altered;
+  filler, then :mod:`telegraph` says what is kept in note style. No number, negation
+  or condition is ever dropped or altered;
 - ``query``: :mod:`query` keeps, of the facts, what is relevant to a question, under a
   token budget. Depends on the question, so it is not cache-stable.
 
@@ -26,6 +27,7 @@ from gateway.compress.dedupe import dedupe
 from gateway.compress.facts import facts
 from gateway.compress.normalize import looks_like_code, normalize
 from gateway.compress.query import rank
+from gateway.compress.telegraph import telegraph
 
 MODES: Final = ("off", "lossless", "facts", "query")
 # Each rule only removes text, so a few passes reach a text that no rule changes.
@@ -62,7 +64,7 @@ def _lossless(text: str) -> str:
 
 
 def _facts(text: str) -> str:
-    return facts(dedupe(normalize(text)))
+    return telegraph(facts(dedupe(normalize(text))))
 
 
 def _fixpoint(stage: Callable[[str], str], text: str) -> str:

@@ -74,6 +74,11 @@ _ADDRESS: Final = re.compile(
 _NAME: Final = re.compile(
     r"(?:(?<=[\w,;)] )|(?<=[\w,;)] [\"'\u201c\u2018(]))(?:[A-Z][\w'\u2019&.-]*[a-z0-9]|[A-Z]{2,})(?![\w'\u2019])"
 )
+_FIRST_WORD: Final = re.compile(r"[\"'\u201c\u2018(]?([A-Z][\w'\u2019&.-]*[a-z0-9])(?![\w'\u2019])")
+# A list: "adds A, B, C and D"; the items between commas are short.
+ENUMERATION_MIN_COMMAS: Final = 2
+ITEM_MAX_WORDS: Final = 6
+_LAST_ITEM: Final = re.compile(r"\s(?:and|or)\s", re.I)
 _CLAUSE_LABEL: Final = re.compile(r"^\d{1,2}(?:\.\d{1,2}){1,3}\.?\s+(?=[A-Z\"“(])")
 _NOT_NAMES: Final = frozenset({"I", "I'm", "I've", "I'll", "I'd", "OK"})
 _ITEM_MARK: Final = re.compile(r"^(?:[-*+•]|\d{1,3}[.)]|\(\d{1,3}\)|\(?[a-zA-Z]\))\s+")
@@ -101,7 +106,8 @@ def facts(text: str) -> str:
     """Keep the facts of normalised ``text`` (see the module doc)."""
     lines = split_lines(text)
     labelled = sum(1 for line in lines if line.kind is Kind.TEXT and _CLAUSE_LABEL.match(line.text)) >= MIN_LABELS
-    kept: list[Line | None] = [_keep_line(line, lines, i, labelled) for i, line in enumerate(lines)]
+    names = document_names(text)
+    kept: list[Line | None] = [_keep_line(line, lines, i, labelled, names) for i, line in enumerate(lines)]
     ends = section_ends(lines)
     # Decide headings from the innermost out: a sub-heading kept keeps its parent too.
     for i in reversed(range(len(lines))):
@@ -113,7 +119,7 @@ def facts(text: str) -> str:
     return join([line for line in kept if line is not None])
 
 
-def _keep_line(line: Line, lines: list[Line], index: int, labelled: bool) -> Line | None:
+def _keep_line(line: Line, lines: list[Line], index: int, labelled: bool, names: frozenset[str]) -> Line | None:
     if line.kind in (Kind.BLANK, Kind.CODE):
         return line
     if line.kind is Kind.HEADING:
@@ -122,7 +128,7 @@ def _keep_line(line: Line, lines: list[Line], index: int, labelled: bool) -> Lin
         # A row under a header or another row is part of a grid of facts; a lone row is a menu.
         above = lines[index - 1] if index > 0 else None
         in_table = above is not None and (above.kind is Kind.TABLE or above.level == LEVEL_TABLE)
-        if is_hard(line.text) or (in_table and verdict(line.text) is not Verdict.FILLER):
+        if is_hard(line.text) or (in_table and verdict(line.text, names) is not Verdict.FILLER):
             return line
         return None
     if is_navigation(line.text):
@@ -135,20 +141,20 @@ def _keep_line(line: Line, lines: list[Line], index: int, labelled: bool) -> Lin
     elif labelled and (match := _CLAUSE_LABEL.match(body)):
         # "4.2 Please provide...": a clause number labels the text, it is not a fact in it.
         marker, body = match.group(0), body[match.end():]
-    parts = [_without_asides(s) for s in sentences(body)]
+    parts = [_without_asides(s, names) for s in sentences(body)]
     kept: list[str] = []
     if line.kind is Kind.ITEM and parts:
         # A list item opens with a terse statement of a feature or a rule: only filler goes.
         head, parts = parts[0], parts[1:]
-        if verdict(head) is not Verdict.FILLER:
+        if verdict(head, names) is not Verdict.FILLER:
             kept.append(head)
-    kept += [text for text in map(trim, parts) if text]
+    kept += [text for text in (trim(part, names) for part in parts) if text]
     if not kept:
         return None
     return Line(marker + " ".join(kept), line.kind, line.level)
 
 
-def trim(sentence: str) -> str:
+def trim(sentence: str, names: frozenset[str] = frozenset()) -> str:
     """Return the sentence without its filler clauses; empty if nothing in it is kept.
 
     A sentence with a condition is kept whole: the condition may govern any part of
@@ -158,14 +164,14 @@ def trim(sentence: str) -> str:
     too. A clause is never cut inside. A sentence that loses its first clause starts
     with a capital.
     """
-    if verdict(sentence) not in KEPT:
+    if verdict(sentence, names) not in KEPT:
         return ""
     pieces = _CLAUSE.split(sentence)
     if len(pieces) == 1 or has_condition(sentence):
         return sentence
     clauses = pieces[0::2]
     separators = ["", *pieces[1::2]]
-    keep = [verdict(clause) in KEPT for clause in clauses]
+    keep = [verdict(clause, names) in KEPT for clause in clauses]
     for i in reversed(range(1, len(clauses))):
         if keep[i] and _DEPENDENT.match(separators[i]):
             keep[i - 1] = True
@@ -180,7 +186,7 @@ def trim(sentence: str) -> str:
     return out
 
 
-def _without_asides(sentence: str) -> str:
+def _without_asides(sentence: str, names: frozenset[str]) -> str:
     """Drop bracketed asides of a few words that carry no fact: "(although the coffee is really good)".
 
     Short ones stay: "(SSO)", "(optional)" define or qualify what they follow.
@@ -188,13 +194,13 @@ def _without_asides(sentence: str) -> str:
 
     def keep(match: re.Match[str]) -> str:
         aside = match.group(1)
-        return match.group(0) if len(aside.split()) < ASIDE_MIN_WORDS or verdict(aside) in KEPT else ""
+        return match.group(0) if len(aside.split()) < ASIDE_MIN_WORDS or verdict(aside, names) in KEPT else ""
 
     return _ASIDE.sub(keep, sentence)
 
 
-def verdict(sentence: str) -> Verdict:
-    """Classify one sentence (see the module doc)."""
+def verdict(sentence: str, names: frozenset[str] = frozenset()) -> Verdict:
+    """Classify one sentence (see the module doc); ``names`` are the document's (:func:`document_names`)."""
     if is_hard(sentence):
         return Verdict.HARD
     if _INSTRUCTION.match(sentence):  # "You are a helpful assistant." is not praise
@@ -206,7 +212,7 @@ def verdict(sentence: str) -> Verdict:
         return Verdict.FILLER
     if sentence.rstrip("\"'\u201d\u2019)]* ").endswith("?"):
         return Verdict.QUESTION
-    if has_name(sentence):
+    if has_name(sentence, names) or is_enumeration(sentence):
         return Verdict.SOFT
     return Verdict.PLAIN
 
@@ -239,9 +245,29 @@ def is_filler(text: str) -> bool:
     return bool(lexicon.FILLER.search(text) or _EXCLAMATION.search(text.strip()))
 
 
-def has_name(text: str) -> bool:
-    """Tell whether ``text`` names something: a capitalised word that does not start it."""
-    return any(m.group(0) not in _NOT_NAMES for m in _NAME.finditer(text))
+def has_name(text: str, names: frozenset[str] = frozenset()) -> bool:
+    """Tell whether ``text`` names something: a capitalised word that does not start it, or one of ``names``."""
+    if any(m.group(0) not in _NOT_NAMES for m in _NAME.finditer(text)):
+        return True
+    first = _FIRST_WORD.match(text)
+    return first is not None and first.group(1) in names
+
+
+def document_names(text: str) -> frozenset[str]:
+    """Return the words ``text`` capitalises inside a sentence: its names, which may also start one."""
+    return frozenset(m.group(0) for m in _NAME.finditer(text)) - _NOT_NAMES
+
+
+def is_enumeration(text: str) -> bool:
+    """Tell whether ``text`` lists things ("adds A, B, C and D"): a list of features or terms is a fact.
+
+    That is two commas or more, short items between them, and "and" or "or" after the last.
+    """
+    parts = [part for clause in text.split(";") for part in [clause.split(",")] if len(part) > ENUMERATION_MIN_COMMAS]
+    return any(
+        all(len(item.split()) <= ITEM_MAX_WORDS for item in items[1:-1]) and bool(_LAST_ITEM.search(" " + items[-1]))
+        for items in parts
+    )
 
 
 def is_navigation(text: str) -> bool:

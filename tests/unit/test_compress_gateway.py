@@ -28,7 +28,7 @@ from tests.unit.test_gateway_app import FakeDispatcher
 
 DEFAULTS = config.load(environ={}).sampling
 FILLER = "We love our wonderful customers and our friendly team is simply the best in town!"
-DOCUMENT = "## Prices\n\nA loaf costs £3.10. " + FILLER + "\n\nWe do not deliver on Sundays. " + FILLER
+DOCUMENT = "## Prices\n\nEach loaf costs £3.10. " + FILLER + "\n\nWe do not deliver on Sundays. " + FILLER
 
 
 def chat(**fields: Any) -> dict[str, Any]:
@@ -139,7 +139,7 @@ def test_a_chat_request_is_sent_compressed_and_reports_what_it_saved(
     (sent,) = fake.generates()
     assert sent.messages is not None
     compressed = sent.messages[0].content
-    assert compressed == "## Prices\n\nA loaf costs £3.10.\n\nWe do not deliver on Sundays."
+    assert compressed == "## Prices\n\nEach loaf costs £3.10.\n\nWe do not deliver on Sundays."
     saved = tokenizer.count(DOCUMENT) - tokenizer.count(compressed)
     usage = result.json["usage"]
     assert usage["prompt_tokens"] == 5  # what the (fake) worker read
@@ -158,7 +158,7 @@ def test_streamed_and_completion_usage_report_the_saving_too(
     done = client.simulate_post("/v1/completions", json=prompt).json
     assert done["usage"]["reame"]["uncompressed_prompt_tokens"] > done["usage"]["prompt_tokens"]
     sent = fake.generates()[-1].prompt
-    assert sent == "p## Prices\n\nA loaf costs £3.10.\n\nWe do not deliver on Sundays.\n\nQuestion?"
+    assert sent == "p## Prices\n\nEach loaf costs £3.10.\n\nWe do not deliver on Sundays.\n\nQuestion?"
 
 
 def test_compression_off_sends_the_document_unchanged(
@@ -188,7 +188,7 @@ def document(tmp_path: Path) -> Path:
 
 def test_the_command_prints_the_compressed_text(document: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["compress", str(document), "--mode", "facts"]) == 0
-    assert capsys.readouterr().out == "## Prices\n\nA loaf costs £3.10.\n\nWe do not deliver on Sundays.\n"
+    assert capsys.readouterr().out == "## Prices\n\nEach loaf costs £3.10.\n\nWe do not deliver on Sundays.\n"
 
 
 def test_the_command_prints_statistics(

@@ -20,7 +20,7 @@ def policy(mode: str = "facts", min_tokens: int = 20) -> Policy:
 FILLER = "We love our wonderful customers and our friendly team is simply the best in town!"
 DOCUMENT = "\n\n".join([
     "## Prices",
-    "A loaf costs £3.10. " + FILLER,
+    "Each loaf costs £3.10. " + FILLER,
     "We do not deliver on Sundays. " + FILLER,
     FILLER,
 ])
@@ -37,7 +37,7 @@ def test_long_contents_are_compressed_and_the_saving_counted() -> None:
     result = compress_messages(messages, policy())
     assert result.messages is not None
     system, user = result.messages
-    assert system.content == "## Prices\n\nA loaf costs £3.10.\n\nWe do not deliver on Sundays."
+    assert system.content == "## Prices\n\nEach loaf costs £3.10.\n\nWe do not deliver on Sundays."
     assert user == messages[1]
     assert result.saved_tokens == words(DOCUMENT) - words(system.content) > 0
 
