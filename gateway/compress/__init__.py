@@ -15,7 +15,8 @@ Modes, each including the one before:
 compresses to the same bytes whatever question follows it, so its KV cache can be
 reused. Every mode is idempotent: compressing its own output changes nothing. Text
 that looks like code or structured data (:func:`normalize.looks_like_code`) is left
-as it is in every mode.
+as it is in every mode, and text that is not English (:func:`lexicon.is_english`) gets
+``lossless`` at most: the facts rules know English words only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from gateway.compress import lexicon
 from gateway.compress.dedupe import dedupe
 from gateway.compress.facts import facts
 from gateway.compress.normalize import looks_like_code, normalize
@@ -47,7 +49,8 @@ def compress(
         raise ValueError(f"unknown compression mode {mode!r}; expected one of {', '.join(MODES)}")
     if mode == "off" or looks_like_code(text):
         return text
-    stage = _lossless if mode == "lossless" else _facts
+    # The facts rules know English words only: in another language a negation would look like filler.
+    stage = _lossless if mode == "lossless" or not lexicon.is_english(text) else _facts
     text = _fixpoint(stage, text)
     if mode == "query":
         text = rank(text, question, budget, count or approximate_tokens)

@@ -76,3 +76,14 @@ def test_query_returns_everything_when_it_fits() -> None:
 def test_query_folds_inflections_and_ignores_stopwords() -> None:
     assert fold("days") == "day" and fold("delivered") == "deliver" and fold("booking") == "book"
     assert terms("What is the price of the cakes?") == {"price", "cak"}
+
+
+def test_text_that_is_not_english_gets_lossless_at_most() -> None:
+    french = (
+        "Le vélo coûte 15 € par jour. Nous sommes une équipe formidable et nous adorons nos clients. "
+        "La caution est de 50 €. Le magasin a ouvert en 2009 et il a beaucoup de vélos. "
+        "Les animaux ne sont pas admis. Notre équipe vous accueille avec plaisir dans notre magnifique boutique."
+    )
+    assert compress(french + "<br>", "facts") == compress(french, "lossless") == french
+    english = "Our wonderful team loves you! " * 10 + "The fee is £5."
+    assert compress(english, "facts") == "Fee £5."
