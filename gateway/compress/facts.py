@@ -1,4 +1,4 @@
-"""Keep every sentence that carries a fact, drop filler: the ``facts`` mode.
+"""Drop filler and keep every sentence that may carry a fact: the ``facts`` mode.
 
 Applied to normalised, de-duplicated text. Each sentence (and each clause, list
 item, table row and heading) gets one verdict:
@@ -14,12 +14,15 @@ item, table row and heading) gets one verdict:
   praise; or a name (a capitalised word inside the sentence) without praise: kept;
 - ``FILLER``: praise, pleasantries, sales talk (see :mod:`lexicon`) or an
   exclamation: dropped. Navigation lines ("Home > Services", "[Book a demo]") go too;
-- ``PLAIN``: none of the above (general prose): dropped.
+- ``PLAIN``: none of the above: kept. Most such prose in a business document states
+  a fact in words no list knows ("Downgrades take effect at the start of the next
+  billing period", "The practice is fully accessible to wheelchair users"); only
+  what is recognisably filler goes.
 
-Inside a kept sentence, an independent clause (after ``;``, ``, and``, ``, so``...)
-or a bracketed aside that is neither hard nor soft goes; a clause is never cut
-inside, and a sentence with a condition is kept whole, since the condition may govern
-any part of it. So no number, negation or condition is ever dropped or altered.
+Inside a kept sentence, a clause (after ``;``, ``, and``, ``, which``...) of filler
+and a bracketed aside that is neither hard nor soft go; a clause is never cut inside,
+and a sentence with a condition is kept whole, since the condition may govern any
+part of it. So no number, negation or condition is ever dropped or altered.
 
 A list item's first sentence and a table row are facts by their form (a feature
 list, a price grid) and are kept unless filler. A heading, a label ending in ``:``
@@ -58,7 +61,7 @@ class Verdict(enum.Enum):
     PLAIN = "plain"
 
 
-KEPT: Final = frozenset({Verdict.HARD, Verdict.QUESTION, Verdict.SOFT})
+KEPT: Final = frozenset({Verdict.HARD, Verdict.QUESTION, Verdict.SOFT, Verdict.PLAIN})
 NAV_SEGMENT_MAX_WORDS: Final = 5
 # Dotted clause numbers ("4.2 ...") are labels only in a document that numbers its clauses.
 MIN_LABELS: Final = 3
@@ -158,11 +161,12 @@ def trim(sentence: str, names: frozenset[str] = frozenset()) -> str:
     """Return the sentence without its filler clauses; empty if nothing in it is kept.
 
     A sentence with a condition is kept whole: the condition may govern any part of
-    it. Otherwise an independent clause (after ``;``, ``, and``, ``, but``, ``, so``,
-    ``, while``, ``, whereas``) that is not kept goes, and so does a dependent one (``, which``,
-    ``, because``...) unless it is kept, in which case the clause it hangs on stays
-    too. A clause is never cut inside. A sentence that loses its first clause starts
-    with a capital.
+    it. Otherwise a clause (after ``;``, ``, and``, ``, so``, ``, while``, ``, which``,
+    ``, because``...) that is filler goes ("The fee is £5, which is lovely"); a plain
+    one stays, since in a sentence of facts it is most often one more ("..., and for
+    patients receiving certain benefits"). A dependent clause that stays keeps the
+    clause it hangs on. A clause is never cut inside. A sentence that loses its first
+    clause starts with a capital.
     """
     if verdict(sentence, names) not in KEPT:
         return ""
@@ -171,7 +175,7 @@ def trim(sentence: str, names: frozenset[str] = frozenset()) -> str:
         return sentence
     clauses = pieces[0::2]
     separators = ["", *pieces[1::2]]
-    keep = [verdict(clause, names) in KEPT for clause in clauses]
+    keep = [verdict(clause, names) is not Verdict.FILLER for clause in clauses]
     for i in reversed(range(1, len(clauses))):
         if keep[i] and _DEPENDENT.match(separators[i]):
             keep[i - 1] = True

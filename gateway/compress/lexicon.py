@@ -65,7 +65,8 @@ CONDITIONS: Final = words(
 
 # Obligations, permissions and limits: the grammar of rules.
 RULES: Final = words(
-    "must", "shall", "required", "require", "requires", "mandatory", "compulsory", "obliged", "may only",
+    "must", "shall", "can", "able to", "required", "require", "requires", "mandatory", "compulsory", "obliged",
+    "may only",
     "allowed", "permitted", "entitled", "at least", "at most", "up to", "no more than", "no later than",
     "no earlier than", "more than", "less than", "fewer than", "minimum", "maximum", "limit*", "capped",
     "deadline", "expire*", "valid", "void", "is welcome", "are welcome", "very welcome",
@@ -98,10 +99,13 @@ FILLER: Final = words(*_all((
      "sought-after", "truly", "really", "absolutely", "incredible", "quality", "experience", "experienced",
      "expert*", "professional*", "family-run", "locally", "independent", "caring", "curious", "helpful",
      "deserve*", "believe*", "promise", "heart", "smile*", "hesitate", "fussy", "cheers", "regards",
-     "wishes", "hello", "hi", "hey", "thank*", "congratulations", "recommend", "highly"),
+     "wishes", "hello", "hi", "hey", "thank*", "congratulations", "recommending", "highly"),
     ("welcome to", "welcome home", "welcome back", "look forward", "looking forward", "feel free",
      "get in touch", "why choose", "we care", "you'll love", "you will love", "in the heart of",
-     "at the heart of", "word of mouth"),
+     "at the heart of", "word of mouth", "here to help", "happy to help", "like to think", "fits your needs",
+     "suits your needs", "meets your needs", "whatever your needs", "look no further", "you'll notice",
+     "you will notice", "make it your own", "feel at home", "home from home", "go the extra mile",
+     "second to none", "keep coming back", "cut corners", "stand out", "stands out"),
 )))
 
 

@@ -63,9 +63,11 @@ def test_names_and_terms_vocabulary_are_soft_facts() -> None:
     assert not has_name("Parking is nearby.")
 
 
-def test_plain_prose_without_facts_is_dropped() -> None:
-    assert verdict("It is the foundation of your garage and your workshop.") is Verdict.PLAIN
-    assert facts("It is the foundation of your garage and your workshop.") == ""
+def test_plain_prose_is_kept_since_it_may_state_a_fact_in_words_no_list_knows() -> None:
+    sentence = "Downgrades take effect at the start of your next billing period."
+    assert verdict(sentence) is Verdict.PLAIN
+    assert facts(sentence) == sentence
+    assert facts("Our team is here to help you.") == ""
 
 
 def test_questions_and_instructions_to_the_model_are_kept() -> None:
@@ -278,3 +280,9 @@ def test_a_list_of_things_is_a_fact() -> None:
 def test_legal_condition_phrases_are_conditions() -> None:
     sentence = "Prices exclude VAT, which is added at checkout where applicable."
     assert trim(sentence) == sentence
+
+
+def test_a_plain_clause_in_a_sentence_of_facts_stays_and_only_filler_clauses_go() -> None:
+    sentence = "Treatment is free for children under 18, and for patients receiving certain benefits."
+    assert trim(sentence) == sentence
+    assert trim("Parking costs £5, and we absolutely love our guests.") == "Parking costs £5."
