@@ -5,9 +5,9 @@ Modes, each including the one before:
 - ``off``: the text as given;
 - ``lossless``: :mod:`normalize` (whitespace, Unicode, HTML, markdown noise) then
   :mod:`dedupe` (repeated lines, paragraphs and boilerplate). No word of content goes;
-- ``facts``: :mod:`facts` keeps every sentence, item or row holding a fact and drops
-  filler, then :mod:`telegraph` says what is kept in note style. No number, negation
-  or condition is ever dropped or altered;
+- ``facts``: :mod:`facts` drops filler and keeps every sentence, item or row that may
+  hold a fact, and :mod:`telegraph` says what is kept in note style. No number,
+  negation or condition is ever dropped or altered;
 - ``query``: :mod:`query` keeps, of the facts, what is relevant to a question, under a
   token budget. Depends on the question, so it is not cache-stable.
 

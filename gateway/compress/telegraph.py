@@ -70,9 +70,8 @@ _PLEASE: Final = re.compile(
     r"(?:note|remember)\s+that\s+(?=\S)|please,?\s+|kindly\s+)|,\s*please(?=[.!]?$)",
     re.I,
 )
-_PHRASES: Final = tuple(
-    (re.compile(r"(?<![\w-])" + long.replace(" ", r"\s+") + r"(?![\w-])", re.I), short)
-    for long, short in (
+_SHORTER: Final = dict(
+    (
         ("in order to", "to"), ("so as to", "to"), ("as well as", "and"), ("prior to", "before"),
         ("subsequent to", "after"), ("at the present time", "now"), ("so that you can", "to"),
         ("so that we can", "to"),
@@ -85,6 +84,13 @@ _PHRASES: Final = tuple(
         ("in relation to", "about"), ("in the amount of", "of"), ("a wide range of", ""),
         ("a wide variety of", ""), ("a range of", ""), ("a variety of", ""), ("a selection of", ""),
     )
+)
+# One pattern for all phrases, longest first; the match, folded, finds its replacement.
+_PHRASES: Final = re.compile(
+    r"(?<![\w-])(?:"
+    + "|".join(long.replace(" ", r"\s+") for long in sorted(_SHORTER, key=len, reverse=True))
+    + r")(?![\w-])",
+    re.I,
 )
 _PRAISE: Final = (
     "amazing|awesome|beautiful|beautifully|brilliant|charming|delightful|excellent|exceptional|fantastic|"
@@ -148,8 +154,7 @@ def shorten(sentence: str) -> str:
 def _round(sentence: str) -> str:
     capital = sentence[:1].isupper()
     text = _PLEASE.sub("", sentence)
-    for pattern, short in _PHRASES:
-        text = pattern.sub(short, text)
+    text = _PHRASES.sub(lambda m: _SHORTER[" ".join(m.group(0).lower().split())], text)
     text = _PRAISE_RUN.sub("", text)
     text = _THERE_IS_NO.sub("", text)
     text = _WILL_BE.sub(lambda m: m.group(0) if _after_subject(text, m.start()) else " ", text)
