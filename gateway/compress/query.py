@@ -3,7 +3,8 @@
 Applied to the output of ``facts``. When that already fits the budget it is returned
 unchanged. Otherwise every line is scored against the question:
 
-- the sum, over the question's content words that the line shares, of the word's
+- the sum, over the question's content words that the line shares (with the headings
+  above it: a table row is read with its header row), of the word's
   rarity in the document (``log(1 + lines / lines with the word)``), so a shared
   product name weighs more than a shared "price";
 - plus a small bonus when the line holds a hard fact (a number, a negation, a
@@ -28,6 +29,10 @@ from gateway.compress.facts import is_hard
 from gateway.compress.segment import Kind, Line, join, section_ends, split_lines
 
 HARD_BONUS: Final = 0.5
+_SAME: Final = {
+    "tel": "phone", "telephone": "phone", "mobile": "phone", "e-mail": "email", "mail": "email",
+    "web": "website", "site": "website", "www": "website", "addr": "address",
+}
 _WORD: Final = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)?")
 _STOPWORDS: Final = frozenset("""
 a about after all also am an and any are as at be been before but by can could did do does doing for from
@@ -43,9 +48,11 @@ def rank(text: str, question: str, budget: int, count: Callable[[str], int]) -> 
     lines = split_lines(text)
     asked = terms(question)
     units = _units(lines)
-    weights = _rarity([terms(_text(lines, unit)) for unit in units], len(units))
-    scores = [score(_text(lines, unit), asked, weights) for unit in units]
     parents = _parents(lines)
+    # A line is read with the headings above it: a table row with its header row, an item with its title.
+    texts = [_text(lines, [*parents[unit[0]], *unit]) for unit in units]
+    weights = _rarity([terms(text) for text in texts], len(units))
+    scores = [score(text, asked, weights) for text in texts]
     chosen: set[int] = set()
     used = 0
     for u in sorted(range(len(units)), key=lambda u: (-scores[u], u)):
@@ -62,8 +69,8 @@ def _units(lines: list[Line]) -> list[list[int]]:
     """Group line indexes into the units chosen whole: one line, or one fenced code block."""
     units: list[list[int]] = []
     for i, line in enumerate(lines):
-        if line.kind in (Kind.BLANK, Kind.HEADING):
-            continue
+        if line.kind is Kind.BLANK or (line.kind is Kind.HEADING and not is_hard(line.text)):
+            continue  # a short line with a fact ("Tel: 0117 496 0291") looks like a title but is chosen on its own
         if line.kind is Kind.CODE and i > 0 and lines[i - 1].kind is Kind.CODE and not _closes(lines, i - 1):
             units[-1].append(i)
         else:
@@ -90,7 +97,11 @@ def terms(text: str) -> set[str]:
 
 
 def fold(word: str) -> str:
-    """Fold an English inflection away: "days" -> "day", "charged" -> "charg", "booking" -> "book"."""
+    """Fold an English inflection away: "days" -> "day", "charged" -> "charg", "booking" -> "book".
+
+    Abbreviations of how to reach someone fold to one word: "tel" and "telephone" are "phone".
+    """
+    word = _SAME.get(word, word)
     for suffix in ("ies", "es", "s", "ed", "ing"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)]

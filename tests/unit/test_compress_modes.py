@@ -87,3 +87,14 @@ def test_text_that_is_not_english_gets_lossless_at_most() -> None:
     assert compress(french + "<br>", "facts") == compress(french, "lossless") == french
     english = "Our wonderful team loves you! " * 10 + "The fee is £5."
     assert compress(english, "facts") == "Fee £5."
+
+
+def test_query_reads_a_table_row_with_its_header_and_tel_as_phone() -> None:
+    doc = (
+        "| Plan | Price | Included storage |\n| Starter | £5 | 5 GB |\n| Team | £9 | 50 GB |\n\n"
+        + "\n\n".join(f"The Team plan has feature number {i}." for i in range(12))
+        + "\n\nTel: 0117 496 0291"
+    )
+    out = rank(doc, "How much storage is included in the Team plan?", 30, approximate_tokens)
+    assert "| Team | £9 | 50 GB |" in out and "| Plan | Price | Included storage |" in out
+    assert "0117 496 0291" in rank(doc, "What is the telephone number?", 12, approximate_tokens)
