@@ -6,7 +6,9 @@ Over an eval directory (``docs/*.txt`` and ``questions.jsonl``, see its README):
    the fact is retained if the matched text occurs in the compressed document
    (case-insensitive, whitespace runs collapsed). Critical facts are counted apart.
    ``query`` compresses the document once per question, with that question.
-2. Token reduction per mode (the model's tokenizer) and compression time per document.
+2. Token reduction per mode (the model's tokenizer) and compression time per document,
+   and the ceiling for ``facts``: the tokens of the sentences it must keep (those with
+   a number, a negation or a condition), alone and in note style.
 3. Exam accuracy through a real `reame serve` (started here, or ``--url``), with
    compression off, lossless and facts in one run: each question is asked with the
    document as the system message and the question plus an instruction to answer
@@ -39,7 +41,10 @@ from typing import Any
 import openai
 
 from gateway.compress import compress
+from gateway.compress.facts import is_hard
 from gateway.compress.messages import Policy, compress_messages
+from gateway.compress.segment import Kind, sentences, split_lines
+from gateway.compress.telegraph import shorten
 from gateway.tokenizer import Tokenizer
 from shared.config import load
 from shared.model_file import model_path
@@ -166,6 +171,28 @@ def cost(docs: dict[str, str], tokenizer: Tokenizer, min_tokens: int) -> dict[st
             "tokens": statistics.mean(sizes)}
 
 
+def ceiling(docs: dict[str, str], tokenizer: Tokenizer) -> dict[str, int]:
+    """Count the tokens of the sentences facts must keep (a number, negation or condition), as is and in note style.
+
+    What is left if everything else went: the most any compressor that never drops such
+    a sentence, nor a word of it besides telegraph's, can reach.
+    """
+    original = hard = short = 0
+    for text in docs.values():
+        original += tokenizer.count(text)
+        lines = split_lines(compress(text, "lossless"))
+        kept = [s for line in lines if line.kind is not Kind.BLANK for s in sentences(line.text) if is_hard(s)]
+        hard += tokenizer.count("\n".join(kept))
+        short += tokenizer.count("\n".join(shorten(s) for s in kept))
+    return {"original": original, "hard": hard, "hard_telegraphed": short}
+
+
+def print_ceiling(row: dict[str, int]) -> None:
+    print(f"\nSentences with a number, negation or condition: {row['hard']} of {row['original']} tokens; "
+          f"alone and in note style {row['hard_telegraphed']}, a reduction of "
+          f"{100 * (1 - row['hard_telegraphed'] / row['original']):.1f} % (the ceiling for facts)")
+
+
 def print_cost(row: dict[str, float], rates: dict[str, float]) -> None:
     print(f"\nCost of facts in the gateway (token counting included), mean over documents of "
           f"{row['tokens']:.0f} tokens: {row['ms']:.1f} ms, saving {row['saved_tokens']:.0f} prompt tokens")
@@ -283,6 +310,8 @@ def main() -> None:
           + (f" (first {args.limit} per document)" if args.limit else ""))
     rows = retention(docs, questions, tokenizer, config.compress.query_budget)
     print_retention(rows)
+    bound = ceiling(docs, tokenizer)
+    print_ceiling(bound)
     spent = cost(docs, tokenizer, config.compress.min_tokens)
     rates = {"default model, NOTES-llama.md": 215.0, "Qwen2.5-Coder-1.5B, NOTES-llama.md": 90.0}
     print_cost(spent, rates)
@@ -298,7 +327,7 @@ def main() -> None:
         print_exam(answers)
     if args.json:
         args.json.write_text(json.dumps({
-            "model": path.name, "retention": rows, "cost": spent, "prefill_rates": rates,
+            "model": path.name, "retention": rows, "ceiling": bound, "cost": spent, "prefill_rates": rates,
             "answers": [{"id": a.question.id, "mode": a.mode, "grade": a.grade, "text": a.text, "ttft_s": a.ttft_s,
                          "cold": a.cold, "prompt_tokens": a.prompt_tokens,
                          "uncompressed_prompt_tokens": a.uncompressed_tokens} for a in answers],
