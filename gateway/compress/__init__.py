@@ -27,6 +27,7 @@ from typing import Final
 from gateway.compress import lexicon
 from gateway.compress.dedupe import dedupe
 from gateway.compress.facts import facts
+from gateway.compress.fixpoint import fixpoint
 from gateway.compress.normalize import looks_like_code, normalize
 from gateway.compress.query import rank
 from gateway.compress.telegraph import telegraph
@@ -51,7 +52,7 @@ def compress(
         return text
     # The facts rules know English words only: in another language a negation would look like filler.
     stage = _lossless if mode == "lossless" or not lexicon.is_english(text) else _facts
-    text = _fixpoint(stage, text)
+    text = fixpoint(stage, text, MAX_PASSES)
     if mode == "query":
         text = rank(text, question, budget, count or approximate_tokens)
     return text
@@ -70,10 +71,3 @@ def _facts(text: str) -> str:
     return telegraph(facts(dedupe(normalize(text))))
 
 
-def _fixpoint(stage: Callable[[str], str], text: str) -> str:
-    for _ in range(MAX_PASSES):
-        again = stage(text)
-        if again == text:
-            break
-        text = again
-    return text

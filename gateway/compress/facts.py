@@ -46,6 +46,7 @@ from gateway.compress.segment import (
     LEVEL_TABLE,
     Kind,
     Line,
+    is_question,
     join,
     section_ends,
     sentences,
@@ -214,7 +215,7 @@ def verdict(sentence: str, names: frozenset[str] = frozenset()) -> Verdict:
         return Verdict.SOFT
     if is_filler(sentence):
         return Verdict.FILLER
-    if sentence.rstrip("\"'\u201d\u2019)]* ").endswith("?"):
+    if is_question(sentence):
         return Verdict.QUESTION
     if has_name(sentence, names) or is_enumeration(sentence):
         return Verdict.SOFT

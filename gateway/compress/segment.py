@@ -41,6 +41,7 @@ LEVEL_TITLE: Final = 7
 LEVEL_LABEL: Final = 8
 LEVEL_TABLE: Final = 9
 TITLE_MAX_WORDS: Final = 8
+ABBREVIATION_WINDOW: Final = 32  # longer than any abbreviation
 CAPS_MAX_WORDS: Final = 12
 
 _MD_HEADING: Final = re.compile(r"^(#{1,6})\s+\S")
@@ -140,8 +141,14 @@ def sentences(text: str) -> list[str]:
     return out
 
 
+def is_question(sentence: str) -> bool:
+    """Tell whether a sentence ends with a question mark (before closing quotes or brackets)."""
+    return sentence.rstrip("\"'\u201d\u2019)]* ").endswith("?")
+
+
 def _abbreviation_before(text: str, stop: int) -> bool:
-    word = re.split(r"[\s(\[\"'\u201c\u2018]", text[:stop])[-1].lower()
+    # Only the word before the stop matters; a bounded window keeps a long line linear.
+    word = re.split(r"[\s(\[\"'\u201c\u2018]", text[max(0, stop - ABBREVIATION_WINDOW):stop])[-1].lower()
     if len(word) == 1 and word.isalpha():
         return True  # an initial: "J. Smith"
     return word in _ABBREVIATIONS

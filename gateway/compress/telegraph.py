@@ -34,7 +34,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from gateway.compress.segment import LEVEL_CAPS, Kind, Line, join, sentences, split_lines
+from gateway.compress.fixpoint import fixpoint
+from gateway.compress.segment import LEVEL_CAPS, Kind, Line, is_question, join, sentences, split_lines
 
 # Words after which "is"/"are"/"will be" are the verb a sentence cannot lose.
 _SUBJECTS: Final = frozenset({
@@ -141,14 +142,7 @@ def shorten_line(text: str) -> str:
 
 def shorten(sentence: str) -> str:
     """Apply the word rules to one sentence until none changes it; questions are left alone."""
-    if sentence.rstrip("\"'\u201d\u2019)]* ").endswith("?"):
-        return sentence
-    for _ in range(MAX_ROUNDS):
-        again = _round(sentence)
-        if again == sentence:
-            break
-        sentence = again
-    return sentence
+    return sentence if is_question(sentence) else fixpoint(_round, sentence, MAX_ROUNDS)
 
 
 def _round(sentence: str) -> str:
