@@ -55,10 +55,13 @@ _NUMBERED_CAPS: Final = re.compile(r"^\d{1,3}(?:\.\d{1,3})*\.?\s+[^a-z]+$")
 _BOUNDARY: Final = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s+[\"'\u201c\u2018(\[]?[A-Z0-9£$€¥₹])")
 _ABBREVIATIONS: Final = frozenset({
     "a.k.a", "a.m", "approx", "apt", "ave", "ca", "cf", "co", "corp", "dept", "dr", "e.g", "est", "etc",
-    "excl", "fig", "i.e", "inc", "incl", "jr", "ltd", "max", "min", "mr", "mrs", "ms", "mt", "no", "nos",
-    "op", "p.m", "ph.d", "prof", "ref", "rev", "sr", "st", "tel", "u.k", "u.s", "vol", "vs",
+    "excl", "i.e", "inc", "incl", "jr", "ltd", "max", "min", "mr", "mrs", "ms", "mt",
+    "p.m", "ph.d", "prof", "rev", "sr", "st", "tel", "u.k", "u.s", "vs",
     "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
 })
+# Abbreviations that stand before a number: "No." ends a sentence unless a digit follows.
+_BEFORE_NUMBERS: Final = frozenset({"no", "nos", "vol", "fig", "op", "ref", "pp"})
+_NEXT_DIGIT: Final = re.compile(r"\s*\d")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +134,7 @@ def sentences(text: str) -> list[str]:
     start = 0
     for match in _BOUNDARY.finditer(text):
         end = match.end()
-        if match.group(0).startswith(".") and _abbreviation_before(text, match.start()):
+        if match.group(0).startswith(".") and _abbreviation_before(text, match.start(), match.end()):
             continue
         out.append(text[start:end].strip())
         start = end
@@ -146,9 +149,11 @@ def is_question(sentence: str) -> bool:
     return sentence.rstrip("\"'\u201d\u2019)]* ").endswith("?")
 
 
-def _abbreviation_before(text: str, stop: int) -> bool:
+def _abbreviation_before(text: str, stop: int, after: int) -> bool:
     # Only the word before the stop matters; a bounded window keeps a long line linear.
     word = re.split(r"[\s(\[\"'\u201c\u2018]", text[max(0, stop - ABBREVIATION_WINDOW):stop])[-1].lower()
+    if word in _BEFORE_NUMBERS:
+        return bool(_NEXT_DIGIT.match(text, after))  # "No. 5" but "No. There is no fee."
     if len(word) == 1 and word.isalpha():
         return True  # an initial: "J. Smith"
     return word in _ABBREVIATIONS

@@ -60,7 +60,7 @@ _COPULA: Final = re.compile(
     r"(?<=[\w)%])\s+(?:is|are)\s+"
     r"(?!(?:to|welcome|there|not|never|the|an?|our|your|their|its|this|that|one|part)\b)(?=[\w£$€¥₹\"\u201c(])"
 )
-_THERE_IS_NO: Final = re.compile(r"\b([Tt])here\s+(?:is|are)\s+(?=no\b|never\b)")
+_THERE_IS_NO: Final = re.compile(r"\b([Tt])here\s+(?:is|are)\s+(no|never)\b")
 _PARTICIPLE: Final = (
     r"\w+ed|\w+en|made|sent|held|paid|kept|shown|told|run|set|put|left|lost|built|sold|done|seen|met|brought|"
     r"bought|taught|caught|sought|found|hit|cut|let|shut|split|spent|lent|dealt|meant|read|won"
@@ -150,7 +150,7 @@ def _round(sentence: str) -> str:
     text = _PLEASE.sub("", sentence)
     text = _PHRASES.sub(lambda m: _SHORTER[" ".join(m.group(0).lower().split())], text)
     text = _PRAISE_RUN.sub("", text)
-    text = _THERE_IS_NO.sub("", text)
+    text = _THERE_IS_NO.sub(lambda m: m.group(2).capitalize() if m.group(1) == "T" else m.group(2), text)
     text = _WILL_BE.sub(lambda m: m.group(0) if _after_subject(text, m.start()) else " ", text)
     text = _COPULA.sub(lambda m: m.group(0) if _after_subject(text, m.start()) else " ", text)
     text = _ARTICLE.sub(lambda m: m.group(0) if _is_count(text, m) else "", text)
@@ -183,10 +183,12 @@ def _sentence_case(text: str, acronyms: set[str], names: set[str]) -> str:
     def fold(match: re.Match[str]) -> str:
         nonlocal first
         word = match.group(0)
-        keep = word in acronyms or len(word) == 1 or any(c.isdigit() for c in word)
         name = first or word.capitalize() in names
-        out = word if keep else word.capitalize() if name else word.lower()
         first = False
-        return out
+        if word in acronyms or len(word) == 1 or any(c.isdigit() for c in word):
+            return word
+        if name:
+            return word.capitalize()
+        return word.lower()
 
     return "# " + _WORD.sub(fold, text)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gateway.compress import compress
 from gateway.compress.facts import Verdict, facts, has_name, is_hard, is_navigation, trim, verdict
+from gateway.compress.segment import sentences
 
 
 @pytest.mark.parametrize(
@@ -286,3 +287,7 @@ def test_a_plain_clause_in_a_sentence_of_facts_stays_and_only_filler_clauses_go(
     sentence = "Treatment is free for children under 18, and for patients receiving certain benefits."
     assert trim(sentence) == sentence
     assert trim("Parking costs £5, and we absolutely love our guests.") == "Parking costs £5."
+
+
+def test_no_full_stop_ends_a_sentence_unless_a_number_follows() -> None:
+    assert sentences("No. There is no fee. See No. 5 here.") == ["No.", "There is no fee.", "See No. 5 here."]

@@ -95,3 +95,8 @@ def test_numbers_negations_and_conditions_survive_in_order_and_twice_changes_not
 def test_a_copula_before_an_article_stays_with_it() -> None:
     assert shorten("Team is the plan for you.") == "Team is the plan for you."
     assert shorten("Starter is a plan for one.") == "Starter is a plan for one."
+
+
+def test_there_is_no_keeps_the_capital_it_had() -> None:
+    assert shorten("There is no fee.") == "No fee."
+    assert shorten("Sadly there are never refunds.") == "Sadly never refunds."
