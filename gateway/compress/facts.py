@@ -43,6 +43,8 @@ from typing import Final
 
 from gateway.compress import lexicon
 from gateway.compress.segment import (
+    CLAUSE_LABEL,
+    ITEM_MARK,
     LEVEL_TABLE,
     Kind,
     Line,
@@ -83,9 +85,7 @@ _FIRST_WORD: Final = re.compile(r"[\"'\u201c\u2018(]?([A-Z][\w'\u2019&.-]*[a-z0-
 ENUMERATION_MIN_COMMAS: Final = 2
 ITEM_MAX_WORDS: Final = 6
 _LAST_ITEM: Final = re.compile(r"\s(?:and|or)\s", re.I)
-_CLAUSE_LABEL: Final = re.compile(r"^\d{1,2}(?:\.\d{1,2}){1,3}\.?\s+(?=[A-Z\"“(])")
 _NOT_NAMES: Final = frozenset({"I", "I'm", "I've", "I'll", "I'd", "OK"})
-_ITEM_MARK: Final = re.compile(r"^(?:[-*+•]|\d{1,3}[.)]|\(\d{1,3}\)|\(?[a-zA-Z]\))\s+")
 _NAV_SEPARATORS: Final = re.compile(r"\s+[|·•»>/]\s+|\s*\|\s*")
 _BUTTONS: Final = re.compile(r"^(?:\[[^\]]{1,60}\]\s*)+$")
 _CLAUSE: Final = re.compile(
@@ -109,7 +109,7 @@ _EXCLAMATION: Final = re.compile(r"!+[\"'\u201d\u2019)\]]*$")
 def facts(text: str) -> str:
     """Keep the facts of normalised ``text`` (see the module doc)."""
     lines = split_lines(text)
-    labelled = sum(1 for line in lines if line.kind is Kind.TEXT and _CLAUSE_LABEL.match(line.text)) >= MIN_LABELS
+    labelled = sum(1 for line in lines if line.kind is Kind.TEXT and CLAUSE_LABEL.match(line.text)) >= MIN_LABELS
     names = document_names(text)
     kept: list[Line | None] = [_keep_line(line, lines, i, labelled, names) for i, line in enumerate(lines)]
     ends = section_ends(lines)
@@ -139,10 +139,10 @@ def _keep_line(line: Line, lines: list[Line], index: int, labelled: bool, names:
         return line if is_hard(line.text) else None
     marker = ""
     body = line.text
-    match = _ITEM_MARK.match(body) if line.kind is Kind.ITEM else None
+    match = ITEM_MARK.match(body) if line.kind is Kind.ITEM else None
     if match:
         marker, body = match.group(0), body[match.end():]
-    elif labelled and (match := _CLAUSE_LABEL.match(body)):
+    elif labelled and (match := CLAUSE_LABEL.match(body)):
         # "4.2 Please provide...": a clause number labels the text, it is not a fact in it.
         marker, body = match.group(0), body[match.end():]
     parts = [_without_asides(s, names) for s in sentences(body)]

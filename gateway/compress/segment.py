@@ -45,7 +45,9 @@ ABBREVIATION_WINDOW: Final = 32  # longer than any abbreviation
 CAPS_MAX_WORDS: Final = 12
 
 _MD_HEADING: Final = re.compile(r"^(#{1,6})\s+\S")
-_ITEM: Final = re.compile(r"^(?:[-*+•]|\d{1,3}[.)]|\(\d{1,3}\)|\(?[a-zA-Z]\))\s+\S")
+# A list item's marker ("- ", "3. ", "(b) ") and a contract's clause number ("4.2 "), with the space after.
+ITEM_MARK: Final = re.compile(r"^(?:[-*+•]|\d{1,3}[.)]|\(\d{1,3}\)|\(?[a-zA-Z]\))\s+(?=\S)")
+CLAUSE_LABEL: Final = re.compile(r"^\d{1,2}(?:\.\d{1,2}){1,3}\.?\s+(?=[A-Z\"“(])")
 _FINAL_PUNCTUATION: Final = re.compile(r"[.!?,;\"'\u201d\u2019)]$")
 _NUMBERED_CAPS: Final = re.compile(r"^\d{1,3}(?:\.\d{1,3})*\.?\s+[^a-z]+$")
 
@@ -119,7 +121,7 @@ def _classify(line: str) -> Line:
         and not _FINAL_PUNCTUATION.search(line)
     ) or (_NUMBERED_CAPS.match(line) and len(letters) >= 3):
         return Line(line, Kind.HEADING, LEVEL_CAPS)
-    if _ITEM.match(line):
+    if ITEM_MARK.match(line):
         return Line(line, Kind.ITEM)
     if line.endswith(":"):
         return Line(line, Kind.HEADING, LEVEL_LABEL)

@@ -34,8 +34,19 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from gateway.compress.facts import document_names
 from gateway.compress.fixpoint import fixpoint
-from gateway.compress.segment import LEVEL_CAPS, Kind, Line, is_question, join, sentences, split_lines
+from gateway.compress.segment import (
+    CLAUSE_LABEL,
+    ITEM_MARK,
+    LEVEL_CAPS,
+    Kind,
+    Line,
+    is_question,
+    join,
+    sentences,
+    split_lines,
+)
 
 # Words after which "is"/"are"/"will be" are the verb a sentence cannot lose.
 _SUBJECTS: Final = frozenset({
@@ -71,21 +82,17 @@ _PLEASE: Final = re.compile(
     r"(?:note|remember)\s+that\s+(?=\S)|please,?\s+|kindly\s+)|,\s*please(?=[.!]?$)",
     re.I,
 )
-_SHORTER: Final = dict(
-    (
-        ("in order to", "to"), ("so as to", "to"), ("as well as", "and"), ("prior to", "before"),
-        ("subsequent to", "after"), ("at the present time", "now"), ("so that you can", "to"),
-        ("so that we can", "to"),
-        ("are able to", "can"), ("is able to", "can"), ("will be able to", "can"),
-        ("due to the fact that", "because"), ("for the purpose of", "for"), ("on a daily basis", "daily"),
-        ("on a weekly basis", "weekly"), ("on a monthly basis", "monthly"), ("on an annual basis", "annually"),
-        ("at all times", "always"), ("each and every", "every"), ("free of charge", "free"),
-        ("a total of", ""), ("the majority of", "most"), ("in excess of", "over"), ("whether or not", "whether"),
-        ("in accordance with", "under"), ("with regard to", "about"), ("with respect to", "about"),
-        ("in relation to", "about"), ("in the amount of", "of"), ("a wide range of", ""),
-        ("a wide variety of", ""), ("a range of", ""), ("a variety of", ""), ("a selection of", ""),
-    )
-)
+_SHORTER: Final = {
+    "in order to": "to", "so as to": "to", "as well as": "and", "prior to": "before", "subsequent to": "after",
+    "at the present time": "now", "so that you can": "to", "so that we can": "to", "are able to": "can",
+    "is able to": "can", "will be able to": "can", "due to the fact that": "because", "for the purpose of": "for",
+    "on a daily basis": "daily", "on a weekly basis": "weekly", "on a monthly basis": "monthly",
+    "on an annual basis": "annually", "at all times": "always", "each and every": "every", "free of charge": "free",
+    "a total of": "", "the majority of": "most", "in excess of": "over", "whether or not": "whether",
+    "in accordance with": "under", "with regard to": "about", "with respect to": "about", "in relation to": "about",
+    "in the amount of": "of", "a wide range of": "", "a wide variety of": "", "a range of": "", "a variety of": "",
+    "a selection of": "",
+}
 # One pattern for all phrases, longest first; the match, folded, finds its replacement.
 _PHRASES: Final = re.compile(
     r"(?<![\w-])(?:"
@@ -108,11 +115,9 @@ _PRAISE_RUN: Final = re.compile(
     rf"(?!(?:and|or|but|so|with|for|to|in|on|at|as)\b)(?=[a-z0-9\"\u201c(])"
 )
 _ACRONYM: Final = re.compile(r"\b[A-Z][A-Z0-9&]*[A-Z0-9]\b")
-# A capitalised word inside a sentence is a name; a heading keeps its capital.
-_NAME: Final = re.compile(r"(?<=[\w,] )[A-Z][a-z][\w'\u2019-]*")
 _WORD: Final = re.compile(r"[^\W\d_][\w'\u2019&.-]*")
-_ITEM_MARK: Final = re.compile(r"^(?:[-*+•]|\d{1,3}[.)]|\(\d{1,3}\)|\(?[a-zA-Z]\))\s+|^\d{1,2}(?:\.\d{1,2}){1,3}\.?\s+")
 _SPACES: Final = re.compile(r"(?<=\S) {2,}")
+_SPACE_BEFORE_MARK: Final = re.compile(r"\s+([,.;:!])")
 MAX_ROUNDS: Final = 8
 
 
@@ -121,7 +126,7 @@ def telegraph(text: str) -> str:
     lines = split_lines(text)
     others = [line.text for line in lines if not _is_caps_heading(line)]
     acronyms = {word for text in others for word in _ACRONYM.findall(text)}
-    names = {word for text in others for word in _NAME.findall(text)}
+    names = document_names("\n".join(others))
     out = []
     for line in lines:
         if _is_caps_heading(line):
@@ -135,7 +140,7 @@ def telegraph(text: str) -> str:
 
 def shorten_line(text: str) -> str:
     """Shorten every sentence of one line, past its list marker or clause number."""
-    mark = _ITEM_MARK.match(text)
+    mark = ITEM_MARK.match(text) or CLAUSE_LABEL.match(text)
     prefix, body = (mark.group(0), text[mark.end():]) if mark else ("", text)
     return prefix + " ".join(shorten(sentence) for sentence in sentences(body))
 
@@ -156,7 +161,8 @@ def _round(sentence: str) -> str:
     text = _ARTICLE.sub(lambda m: m.group(0) if _is_count(text, m) else "", text)
     text = _FIRST_ARTICLE.sub("", text)
     text = _SPACES.sub(" ", text).strip()
-    text = re.sub(r"\s+([,.;:!])", r"\1", text) if text != sentence else text
+    if text != sentence:  # only where a word went: elsewhere the spacing is the author's
+        text = _SPACE_BEFORE_MARK.sub(r"\1", text)
     if capital and text[:1].islower():
         text = text[0].upper() + text[1:]
     return text
@@ -177,7 +183,7 @@ def _is_caps_heading(line: Line) -> bool:
     return line.kind is Kind.HEADING and line.level == LEVEL_CAPS and not line.text.startswith("#")
 
 
-def _sentence_case(text: str, acronyms: set[str], names: set[str]) -> str:
+def _sentence_case(text: str, acronyms: set[str], names: frozenset[str]) -> str:
     first = True
 
     def fold(match: re.Match[str]) -> str:
