@@ -16,7 +16,8 @@ compresses to the same bytes whatever question follows it, so its KV cache can b
 reused. Every mode is idempotent: compressing its own output changes nothing. Text
 that looks like code or structured data (:func:`normalize.looks_like_code`) is left
 as it is in every mode, and text that is not English (:func:`lexicon.is_english`) gets
-``lossless`` at most: the facts rules know English words only.
+``lossless`` at most, a whole document or one paragraph of it
+(:func:`facts.not_english`): the facts rules know English words only.
 """
 
 from __future__ import annotations

@@ -111,7 +111,10 @@ def facts(text: str) -> str:
     lines = split_lines(text)
     labelled = sum(1 for line in lines if line.kind is Kind.TEXT and CLAUSE_LABEL.match(line.text)) >= MIN_LABELS
     names = document_names(text)
-    kept: list[Line | None] = [_keep_line(line, lines, i, labelled, names) for i, line in enumerate(lines)]
+    foreign = not_english(lines)
+    kept: list[Line | None] = [
+        line if i in foreign else _keep_line(line, lines, i, labelled, names) for i, line in enumerate(lines)
+    ]
     ends = section_ends(lines)
     # Decide headings from the innermost out: a sub-heading kept keeps its parent too.
     for i in reversed(range(len(lines))):
@@ -121,6 +124,17 @@ def facts(text: str) -> str:
             if any(kept[j] is not None and lines[j].kind is not Kind.BLANK for j in section):
                 kept[i] = line
     return join([line for line in kept if line is not None])
+
+
+def not_english(lines: list[Line]) -> set[int]:
+    """Return the indexes of the lines in paragraphs that are not English: the rules leave them as they are."""
+    out: set[int] = set()
+    start = 0
+    for end in [*(i for i, line in enumerate(lines) if line.kind is Kind.BLANK), len(lines)]:
+        if not lexicon.is_english("\n".join(line.text for line in lines[start:end])):
+            out.update(range(start, end))
+        start = end + 1
+    return out
 
 
 def _keep_line(line: Line, lines: list[Line], index: int, labelled: bool, names: frozenset[str]) -> Line | None:

@@ -111,21 +111,34 @@ FILLER: Final = words(*_all((
 
 # The commonest English function words: at least one word in five of English prose
 # (measured 17-31 % on business documents, compressed or not) and none of French,
-# German or Spanish. The facts rules read English; other text keeps every word.
+# German, Spanish, Italian, Portuguese or Dutch.
 _ENGLISH: Final = frozenset({
     "the", "and", "of", "to", "is", "are", "you", "your", "we", "our", "for", "with", "that", "this", "will",
     "be", "it", "not", "by", "from", "at", "or", "can", "if", "have", "has",
 })
-ENGLISH_MIN_SHARE: Final = 0.08
+# Their counterparts in those languages, none of them an English word.
+_OTHER: Final = frozenset({
+    "le", "la", "les", "des", "du", "est", "et", "une", "un", "pour", "avec", "dans", "sur", "pas", "nous",
+    "vous", "qui", "que", "der", "das", "und", "ist", "nicht", "mit", "für", "ein", "eine", "den", "dem",
+    "zu", "auf", "wir", "sie", "el", "los", "las", "del", "y", "es", "una", "con", "para", "por", "se", "il",
+    "di", "che", "della", "non", "sono", "da", "em", "os", "uma", "não", "het", "een", "van", "niet",
+    "zijn", "wij", "voor", "op",
+})
+LANGUAGE_MIN_SHARE: Final = 0.08
 # Fewer words than this say too little about their language; they are taken as English.
 LANGUAGE_MIN_WORDS: Final = 40
 _LETTERS: Final = re.compile(r"[^\W\d_]+")
 
 
 def is_english(text: str) -> bool:
-    """Tell whether ``text`` reads as English prose, which the facts rules are written for."""
+    """Tell whether ``text`` may be read by the facts rules, which know English words only.
+
+    Text is taken as another language only when it has few English function words and
+    many of another's: a price list or an address block has neither, and is English
+    for these rules.
+    """
     found = _LETTERS.findall(text.lower())
     if len(found) < LANGUAGE_MIN_WORDS:
         return True
-    return sum(word in _ENGLISH for word in found) >= ENGLISH_MIN_SHARE * len(found)
-
+    least = LANGUAGE_MIN_SHARE * len(found)
+    return sum(word in _ENGLISH for word in found) >= least or sum(word in _OTHER for word in found) < least

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from gateway.compress.facts import document_names
+from gateway.compress.facts import document_names, not_english
 from gateway.compress.fixpoint import fixpoint
 from gateway.compress.segment import (
     CLAUSE_LABEL,
@@ -127,9 +127,12 @@ def telegraph(text: str) -> str:
     others = [line.text for line in lines if not _is_caps_heading(line)]
     acronyms = {word for text in others for word in _ACRONYM.findall(text)}
     names = document_names("\n".join(others))
+    foreign = not_english(lines)
     out = []
-    for line in lines:
-        if _is_caps_heading(line):
+    for i, line in enumerate(lines):
+        if i in foreign:
+            out.append(line)
+        elif _is_caps_heading(line):
             out.append(Line(_sentence_case(line.text, acronyms, names), Kind.HEADING, line.level))
         elif line.kind in (Kind.TEXT, Kind.ITEM):
             out.append(Line(shorten_line(line.text), line.kind, line.level))

@@ -98,3 +98,15 @@ def test_query_reads_a_table_row_with_its_header_and_tel_as_phone() -> None:
     out = rank(doc, "How much storage is included in the Team plan?", 30, approximate_tokens)
     assert "| Team | £9 | 50 GB |" in out and "| Plan | Price | Included storage |" in out
     assert "0117 496 0291" in rank(doc, "What is the telephone number?", 12, approximate_tokens)
+
+
+def test_a_paragraph_that_is_not_english_is_left_as_it_is_inside_an_english_document() -> None:
+    french = (
+        "Les animaux ne sont pas admis dans les chambres, sauf les chiens guides. Nous sommes une équipe "
+        "formidable et nous adorons nos clients. La caution est de 50 € et elle est rendue au départ si la "
+        "chambre est en bon état. Le petit déjeuner est servi de 7 h à 10 h."
+    )
+    english = "The deposit is £50. Our wonderful team loves you! " * 8
+    out = compress(english + "\n\n" + french, "facts")
+    assert out.endswith("\n\n" + french)
+    assert "wonderful" not in out
