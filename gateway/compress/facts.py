@@ -131,7 +131,7 @@ def not_english(lines: list[Line]) -> set[int]:
     out: set[int] = set()
     start = 0
     for end in [*(i for i, line in enumerate(lines) if line.kind is Kind.BLANK), len(lines)]:
-        if not lexicon.is_english("\n".join(line.text for line in lines[start:end])):
+        if lexicon.is_other_language("\n".join(line.text for line in lines[start:end])):
             out.update(range(start, end))
         start = end + 1
     return out

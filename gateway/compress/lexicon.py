@@ -116,7 +116,8 @@ _ENGLISH: Final = frozenset({
     "the", "and", "of", "to", "is", "are", "you", "your", "we", "our", "for", "with", "that", "this", "will",
     "be", "it", "not", "by", "from", "at", "or", "can", "if", "have", "has",
 })
-# Their counterparts in those languages, none of them an English word.
+# Their counterparts in those languages, none of them an English word: enough of them
+# tell a paragraph in another language from a price list, which has neither.
 _OTHER: Final = frozenset({
     "le", "la", "les", "des", "du", "est", "et", "une", "un", "pour", "avec", "dans", "sur", "pas", "nous",
     "vous", "qui", "que", "der", "das", "und", "ist", "nicht", "mit", "für", "ein", "eine", "den", "dem",
@@ -131,14 +132,28 @@ _LETTERS: Final = re.compile(r"[^\W\d_]+")
 
 
 def is_english(text: str) -> bool:
-    """Tell whether ``text`` may be read by the facts rules, which know English words only.
+    """Tell whether a whole document reads as English: enough English function words.
 
-    Text is taken as another language only when it has few English function words and
-    many of another's: a price list or an address block has neither, and is English
-    for these rules.
+    A document of another language, or of no prose at all, fails: the facts rules know
+    English words only, so it keeps every word.
     """
     found = _LETTERS.findall(text.lower())
-    if len(found) < LANGUAGE_MIN_WORDS:
-        return True
-    least = LANGUAGE_MIN_SHARE * len(found)
-    return sum(word in _ENGLISH for word in found) >= least or sum(word in _OTHER for word in found) < least
+    return len(found) < LANGUAGE_MIN_WORDS or _share(found, _ENGLISH) >= LANGUAGE_MIN_SHARE
+
+
+def is_other_language(text: str) -> bool:
+    """Tell whether a paragraph of an English document is in another language it names by its function words.
+
+    Stricter than ``not is_english``: a price list or an address block inside an
+    English document has function words of no language, and is read with the rest.
+    """
+    found = _LETTERS.findall(text.lower())
+    return (
+        len(found) >= LANGUAGE_MIN_WORDS
+        and _share(found, _ENGLISH) < LANGUAGE_MIN_SHARE
+        and _share(found, _OTHER) >= LANGUAGE_MIN_SHARE
+    )
+
+
+def _share(words: list[str], among: frozenset[str]) -> float:
+    return sum(word in among for word in words) / len(words)
