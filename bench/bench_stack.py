@@ -4,6 +4,9 @@ Time to first token and decode speed through `reame serve` (gateway, dispatcher,
 worker, real ZeroMQ) with the openai client, against the same prompts run in this
 process with ``llama_cpp.Llama``, interleaved in one run so machine noise hits both.
 Each prompt starts with a unique number, so neither side can reuse a cached prefix.
+TTFT is also taken with a bare HTTP client (``http.client``, reading the SSE lines):
+the openai client's own work per request (connection, parsing into objects) is on
+the client's machine with any server, so that figure is what the stack itself adds.
 
     .venv/bin/python -m bench.bench_stack [--model PATH] [--threads 2] [--rounds 5]
 
@@ -13,6 +16,8 @@ Prints medians and the ratios; a benchmark, not a test.
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import statistics
 import tempfile
 import time
@@ -59,6 +64,27 @@ def through_stack(server: Server, prompt: str, eos: int) -> Timing:
     return Timing(first - start, (tokens - 1) / (last - first))
 
 
+def bare_http(server: Server, prompt: str, eos: int) -> float:
+    """Return the TTFT of one streamed request sent with http.client: no client library's work in it."""
+    body = json.dumps({
+        "model": "m", "messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": 8,
+        "logit_bias": {str(eos): -100}, "stream": True,
+    })
+    connection = http.client.HTTPConnection("127.0.0.1", server.port)
+    connection.connect()
+    start = time.perf_counter()
+    connection.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    ttft = float("nan")
+    for line in iter(response.readline, b""):
+        if line.startswith(b"data: {") and json.loads(line[6:])["choices"][0]["delta"].get("content"):
+            ttft = time.perf_counter() - start
+            break
+    response.read()
+    connection.close()
+    return ttft
+
+
 def in_process(llama: Any, prompt: str, eos: int) -> Timing:
     start = time.perf_counter()
     first = last = 0.0
@@ -98,15 +124,18 @@ def main() -> None:
             in_process(llama, prompt_for(-2, "warm-up"), eos)
             stack: list[Timing] = []
             local: list[Timing] = []
+            bare: list[float] = []
             n = 0
             for _ in range(args.rounds):
                 for topic in TOPICS:
                     # Alternate which side goes first, so drift hits both alike.
-                    sides = ["stack", "local"] if n % 2 == 0 else ["local", "stack"]
+                    sides = ["stack", "bare", "local"] if n % 2 == 0 else ["local", "bare", "stack"]
                     for side in sides:
                         prompt = prompt_for(n, topic)
                         if side == "stack":
                             stack.append(through_stack(server, prompt, eos))
+                        elif side == "bare":
+                            bare.append(bare_http(server, prompt, eos))
                         else:
                             local.append(in_process(llama, prompt, eos))
                         n += 1
@@ -122,6 +151,9 @@ def main() -> None:
     print(f"{'':24}{'reame stack':>14}{'in-process':>14}{'difference':>14}")
     print(f"{'median TTFT (ms)':24}{ttft_stack * 1e3:14.1f}{ttft_local * 1e3:14.1f}"
           f"{(ttft_stack - ttft_local) * 1e3:+14.1f}")
+    ttft_bare = median(bare)
+    print(f"{'  bare HTTP client':24}{ttft_bare * 1e3:14.1f}{ttft_local * 1e3:14.1f}"
+          f"{(ttft_bare - ttft_local) * 1e3:+14.1f}")
     print(f"{'median decode (tok/s)':24}{tps_stack:14.1f}{tps_local:14.1f}{tps_stack / tps_local:14.3f}x")
 
 
