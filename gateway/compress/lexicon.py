@@ -57,7 +57,7 @@ NEGATED_PREFIX: Final = re.compile(r"(?<![\w-])(?:non|no|un)-\w", re.I)
 
 CONDITIONS: Final = words(
     "if", "unless", "except*", "only", "provided", "providing", "subject to", "as long as", "so long as",
-    "otherwise", "until", "till", "in case", "in the event", "on condition", "conditional*", "depend*",
+    "otherwise", "until", "till", "whenever", "in case", "in the event", "on condition", "conditional*", "depend*",
     # "where"/"when"/"as" phrases of legal drafting: "VAT is added where applicable".
     "where applicable", "if applicable", "when applicable", "as applicable", "where possible", "wherever possible",
     "where necessary", "when necessary", "where required", "when required", "where appropriate", "as appropriate",
