@@ -20,6 +20,7 @@ Over an eval directory (``docs/*.txt`` and ``questions.jsonl``, see its README):
 
     .venv/bin/python -m bench.eval_compress [--eval DIR] [--model PATH] [--limit N]
                                             [--url URL] [--no-exam] [--json FILE]
+                                            [--instruction TEXT]
 
 Prints tables; a benchmark, not a test.
 """
@@ -218,7 +219,9 @@ def server_url(url: str | None, model: str | None, workers: int, threads: int) -
             server.stop()
 
 
-def ask(client: openai.OpenAI, document: str, question: Question, mode: str) -> tuple[str, float, Any]:
+def ask(
+    client: openai.OpenAI, document: str, question: Question, mode: str, instruction: str
+) -> tuple[str, float, Any]:
     start = time.perf_counter()
     first = 0.0
     parts = []
@@ -226,7 +229,7 @@ def ask(client: openai.OpenAI, document: str, question: Question, mode: str) -> 
     stream = client.chat.completions.create(
         model="m",
         messages=[{"role": "system", "content": document},
-                  {"role": "user", "content": f"{question.question}\n{INSTRUCTION}"}],
+                  {"role": "user", "content": f"{question.question}\n{instruction}"}],
         temperature=0, max_tokens=MAX_TOKENS, stream=True, stream_options={"include_usage": True},
         extra_body={"reame": {"compress": mode}},
     )
@@ -239,13 +242,13 @@ def ask(client: openai.OpenAI, document: str, question: Question, mode: str) -> 
     return "".join(parts), (first or time.perf_counter()) - start, usage
 
 
-def exam(url: str, docs: dict[str, str], questions: list[Question]) -> list[Answer]:
+def exam(url: str, docs: dict[str, str], questions: list[Question], instruction: str) -> list[Answer]:
     client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=900)
     answers = []
     for name in docs:
         for mode in EXAM_MODES:
             for i, q in enumerate(q for q in questions if q.doc == name):
-                text, ttft, usage = ask(client, docs[name], q, mode)
+                text, ttft, usage = ask(client, docs[name], q, mode, instruction)
                 extra = (usage.model_extra or {}).get("reame", {}) if usage is not None else {}
                 answers.append(Answer(
                     q, mode, text, grade(q, text), ttft, i == 0,
@@ -298,6 +301,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2, help="threads per worker")
     parser.add_argument("--json", type=Path, help="also write every result to this file")
+    parser.add_argument("--instruction", default=INSTRUCTION,
+                        help=f"what follows each question (default {INSTRUCTION!r}); another wording shows "
+                             "whether a difference between modes is more than a near-tie")
     args = parser.parse_args()
 
     environ = {"REAME_MODEL_PATH": args.model} if args.model else {}
@@ -318,7 +324,7 @@ def main() -> None:
     answers: list[Answer] = []
     if not args.no_exam:
         with server_url(args.url, args.model, args.workers, args.threads) as url:
-            answers = exam(url, docs, questions)
+            answers = exam(url, docs, questions, args.instruction)
         cold = [a for a in answers if a.mode == "off" and a.cold]
         if cold:
             rates["measured: off, cold"] = sum(a.prompt_tokens for a in cold) / sum(a.ttft_s for a in cold)

@@ -9,9 +9,9 @@ item, table row and heading) gets one verdict:
   "except", "only", "until", "provided"...). Always kept;
 - ``QUESTION``: it ends with ``?`` (an FAQ entry, or a question to the model), or it
   is an instruction to the model ("Answer briefly.", "You are a..."): kept;
-- ``SOFT``: no hard fact, but a rule ("must", "at least", "up to") or the vocabulary
-  of terms and prices ("deposit", "included", "refund", "available"...), even beside
-  praise; or a name (a capitalised word inside the sentence) without praise: kept;
+- ``SOFT``: no hard fact, but a rule ("must", "can", "at least") or the vocabulary of
+  terms and prices ("deposit", "included", "refund", "available"...): kept even
+  beside praise;
 - ``FILLER``: praise, pleasantries, sales talk (see :mod:`lexicon`) or an
   exclamation: dropped. Navigation lines ("Home > Services", "[Book a demo]") go too;
 - ``PLAIN``: none of the above: kept. Most such prose in a business document states
@@ -19,8 +19,8 @@ item, table row and heading) gets one verdict:
   billing period", "The practice is fully accessible to wheelchair users"); only
   what is recognisably filler goes.
 
-Inside a kept sentence, a clause (after ``;``, ``, and``, ``, which``...) of filler
-and a bracketed aside that is neither hard nor soft go; a clause is never cut inside,
+Inside a kept sentence, a clause (after ``;``, ``, and``, ``, which``...) or a
+bracketed aside of filler goes; a clause is never cut inside,
 and a sentence with a condition is kept whole, since the condition may govern any
 part of it. So no number, negation or condition is ever dropped or altered.
 
@@ -80,11 +80,6 @@ _ADDRESS: Final = re.compile(
 _NAME: Final = re.compile(
     r"(?:(?<=[\w,;)] )|(?<=[\w,;)] [\"'\u201c\u2018(]))(?:[A-Z][\w'\u2019&.-]*[a-z0-9]|[A-Z]{2,})(?![\w'\u2019])"
 )
-_FIRST_WORD: Final = re.compile(r"[\"'\u201c\u2018(]?([A-Z][\w'\u2019&.-]*[a-z0-9])(?![\w'\u2019])")
-# A list: "adds A, B, C and D"; the items between commas are short.
-ENUMERATION_MIN_COMMAS: Final = 2
-ITEM_MAX_WORDS: Final = 6
-_LAST_ITEM: Final = re.compile(r"\s(?:and|or)\s", re.I)
 _NOT_NAMES: Final = frozenset({"I", "I'm", "I've", "I'll", "I'd", "OK"})
 _NAV_SEPARATORS: Final = re.compile(r"\s+[|·•»>/]\s+|\s*\|\s*")
 _BUTTONS: Final = re.compile(r"^(?:\[[^\]]{1,60}\]\s*)+$")
@@ -110,10 +105,9 @@ def facts(text: str) -> str:
     """Keep the facts of normalised ``text`` (see the module doc)."""
     lines = split_lines(text)
     labelled = sum(1 for line in lines if line.kind is Kind.TEXT and CLAUSE_LABEL.match(line.text)) >= MIN_LABELS
-    names = document_names(text)
     foreign = not_english(lines)
     kept: list[Line | None] = [
-        line if i in foreign else _keep_line(line, lines, i, labelled, names) for i, line in enumerate(lines)
+        line if i in foreign else _keep_line(line, lines, i, labelled) for i, line in enumerate(lines)
     ]
     ends = section_ends(lines)
     # Decide headings from the innermost out: a sub-heading kept keeps its parent too.
@@ -137,7 +131,7 @@ def not_english(lines: list[Line]) -> set[int]:
     return out
 
 
-def _keep_line(line: Line, lines: list[Line], index: int, labelled: bool, names: frozenset[str]) -> Line | None:
+def _keep_line(line: Line, lines: list[Line], index: int, labelled: bool) -> Line | None:
     if line.kind in (Kind.BLANK, Kind.CODE):
         return line
     if line.kind is Kind.HEADING:
@@ -146,7 +140,7 @@ def _keep_line(line: Line, lines: list[Line], index: int, labelled: bool, names:
         # A row under a header or another row is part of a grid of facts; a lone row is a menu.
         above = lines[index - 1] if index > 0 else None
         in_table = above is not None and (above.kind is Kind.TABLE or above.level == LEVEL_TABLE)
-        if is_hard(line.text) or (in_table and verdict(line.text, names) is not Verdict.FILLER):
+        if is_hard(line.text) or (in_table and verdict(line.text) is not Verdict.FILLER):
             return line
         return None
     if is_navigation(line.text):
@@ -159,20 +153,20 @@ def _keep_line(line: Line, lines: list[Line], index: int, labelled: bool, names:
     elif labelled and (match := CLAUSE_LABEL.match(body)):
         # "4.2 Please provide...": a clause number labels the text, it is not a fact in it.
         marker, body = match.group(0), body[match.end():]
-    parts = [_without_asides(s, names) for s in sentences(body)]
+    parts = [_without_asides(s) for s in sentences(body)]
     kept: list[str] = []
     if line.kind is Kind.ITEM and parts:
         # A list item opens with a terse statement of a feature or a rule: only filler goes.
         head, parts = parts[0], parts[1:]
-        if verdict(head, names) is not Verdict.FILLER:
+        if verdict(head) is not Verdict.FILLER:
             kept.append(head)
-    kept += [text for text in (trim(part, names) for part in parts) if text]
+    kept += [text for text in map(trim, parts) if text]
     if not kept:
         return None
     return Line(marker + " ".join(kept), line.kind, line.level)
 
 
-def trim(sentence: str, names: frozenset[str] = frozenset()) -> str:
+def trim(sentence: str) -> str:
     """Return the sentence without its filler clauses; empty if nothing in it is kept.
 
     A sentence with a condition is kept whole: the condition may govern any part of
@@ -183,14 +177,14 @@ def trim(sentence: str, names: frozenset[str] = frozenset()) -> str:
     clause it hangs on. A clause is never cut inside. A sentence that loses its first
     clause starts with a capital.
     """
-    if verdict(sentence, names) not in KEPT:
+    if verdict(sentence) not in KEPT:
         return ""
     pieces = _CLAUSE.split(sentence)
     if len(pieces) == 1 or has_condition(sentence):
         return sentence
     clauses = pieces[0::2]
     separators = ["", *pieces[1::2]]
-    keep = [verdict(clause, names) is not Verdict.FILLER for clause in clauses]
+    keep = [verdict(clause) is not Verdict.FILLER for clause in clauses]
     for i in reversed(range(1, len(clauses))):
         if keep[i] and _DEPENDENT.match(separators[i]):
             keep[i - 1] = True
@@ -205,7 +199,7 @@ def trim(sentence: str, names: frozenset[str] = frozenset()) -> str:
     return out
 
 
-def _without_asides(sentence: str, names: frozenset[str]) -> str:
+def _without_asides(sentence: str) -> str:
     """Drop bracketed asides of a few words that carry no fact: "(although the coffee is really good)".
 
     Short ones stay: "(SSO)", "(optional)" define or qualify what they follow.
@@ -213,13 +207,13 @@ def _without_asides(sentence: str, names: frozenset[str]) -> str:
 
     def keep(match: re.Match[str]) -> str:
         aside = match.group(1)
-        return match.group(0) if len(aside.split()) < ASIDE_MIN_WORDS or verdict(aside, names) in KEPT else ""
+        return match.group(0) if len(aside.split()) < ASIDE_MIN_WORDS or verdict(aside) in KEPT else ""
 
     return _ASIDE.sub(keep, sentence)
 
 
-def verdict(sentence: str, names: frozenset[str] = frozenset()) -> Verdict:
-    """Classify one sentence (see the module doc); ``names`` are the document's (:func:`document_names`)."""
+def verdict(sentence: str) -> Verdict:
+    """Classify one sentence (see the module doc)."""
     if is_hard(sentence):
         return Verdict.HARD
     if _INSTRUCTION.match(sentence):  # "You are a helpful assistant." is not praise
@@ -231,8 +225,6 @@ def verdict(sentence: str, names: frozenset[str] = frozenset()) -> Verdict:
         return Verdict.FILLER
     if is_question(sentence):
         return Verdict.QUESTION
-    if has_name(sentence, names) or is_enumeration(sentence):
-        return Verdict.SOFT
     return Verdict.PLAIN
 
 
@@ -264,29 +256,9 @@ def is_filler(text: str) -> bool:
     return bool(lexicon.FILLER.search(text) or _EXCLAMATION.search(text.strip()))
 
 
-def has_name(text: str, names: frozenset[str] = frozenset()) -> bool:
-    """Tell whether ``text`` names something: a capitalised word that does not start it, or one of ``names``."""
-    if any(m.group(0) not in _NOT_NAMES for m in _NAME.finditer(text)):
-        return True
-    first = _FIRST_WORD.match(text)
-    return first is not None and first.group(1) in names
-
-
 def document_names(text: str) -> frozenset[str]:
-    """Return the words ``text`` capitalises inside a sentence: its names, which may also start one."""
+    """Return the words ``text`` capitalises inside a sentence: its names."""
     return frozenset(m.group(0) for m in _NAME.finditer(text)) - _NOT_NAMES
-
-
-def is_enumeration(text: str) -> bool:
-    """Tell whether ``text`` lists things ("adds A, B, C and D"): a list of features or terms is a fact.
-
-    That is two commas or more, short items between them, and "and" or "or" after the last.
-    """
-    parts = [part for clause in text.split(";") for part in [clause.split(",")] if len(part) > ENUMERATION_MIN_COMMAS]
-    return any(
-        all(len(item.split()) <= ITEM_MAX_WORDS for item in items[1:-1]) and bool(_LAST_ITEM.search(" " + items[-1]))
-        for items in parts
-    )
 
 
 def is_navigation(text: str) -> bool:
