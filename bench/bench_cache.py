@@ -31,8 +31,8 @@ from pathlib import Path
 
 import openai
 
-from shared.config import load
-from shared.model_file import model_path
+from reame.shared.config import load
+from reame.shared.model_file import model_path
 from tests.harness import Server, free_port, start_server
 
 REPO = Path(__file__).resolve().parents[1]

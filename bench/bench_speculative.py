@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.speculative_prompts import PROMPTS
-from shared.config import load
-from shared.model_file import model_path
-from shared.protocol import ChatMessage, Delta, Done, Generate, Message, SamplingParams
-from worker.engine import Engine
-from worker.model import Model
-from worker.speculative.setup import LOOKUP, MODEL, OFF, Speculation
+from reame.shared.config import load
+from reame.shared.model_file import model_path
+from reame.shared.protocol import ChatMessage, Delta, Done, Generate, Message, SamplingParams
+from reame.worker.engine import Engine
+from reame.worker.model import Model
+from reame.worker.speculative.setup import LOOKUP, MODEL, OFF, Speculation
 
 SAMPLED_TEMPERATURE = 0.8
 FORCED = "model!"

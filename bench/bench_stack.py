@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.config import load
-from shared.model_file import model_path
+from reame.shared.config import load
+from reame.shared.model_file import model_path
 from tests.harness import Server, start_server
 
 TOPICS = [

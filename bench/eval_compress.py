@@ -41,15 +41,15 @@ from typing import Any
 
 import openai
 
-from gateway.compress import compress
-from gateway.compress.facts import is_hard
-from gateway.compress.messages import Policy, compress_messages
-from gateway.compress.segment import Kind, sentences, split_lines
-from gateway.compress.telegraph import shorten
-from gateway.tokenizer import Tokenizer
-from shared.config import load
-from shared.model_file import model_path
-from shared.protocol import ChatMessage
+from reame.gateway.compress import compress
+from reame.gateway.compress.facts import is_hard
+from reame.gateway.compress.messages import Policy, compress_messages
+from reame.gateway.compress.segment import Kind, sentences, split_lines
+from reame.gateway.compress.telegraph import shorten
+from reame.gateway.tokenizer import Tokenizer
+from reame.shared.config import load
+from reame.shared.model_file import model_path
+from reame.shared.protocol import ChatMessage
 from tests.harness import start_server
 
 REPO = Path(__file__).resolve().parents[1]

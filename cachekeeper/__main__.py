@@ -1,7 +1,7 @@
-"""Run the cachekeeper: ``python -m cachekeeper [--config FILE]``."""
+"""Run the cachekeeper: ``python -m reame.cachekeeper [--config FILE]``."""
 
 import sys
 
-from cachekeeper.main import main
+from reame.cachekeeper.main import main
 
 sys.exit(main())

@@ -18,10 +18,10 @@ from typing import Any, Final, TextIO
 
 import zmq
 
-from cachekeeper.store import Store, StoreLocked
-from shared import endpoints
-from shared import protocol as p
-from shared.config import Config
+from reame.cachekeeper.store import Store, StoreLocked
+from reame.shared import endpoints
+from reame.shared import protocol as p
+from reame.shared.config import Config
 
 # A running cachekeeper answers stats within milliseconds; this only bounds the
 # wait when nothing listens at a tcp:// address (ipc:// without a socket file is

@@ -28,7 +28,7 @@ from typing import Any, Final
 import msgpack
 import zstandard
 
-from shared import prefix
+from reame.shared import prefix
 
 MAGIC: Final = b"REAMEKV\0"
 FORMAT_VERSION: Final = 1

@@ -1,4 +1,4 @@
-"""Start the cachekeeper: ``python -m cachekeeper [--config FILE]``."""
+"""Start the cachekeeper: ``python -m reame.cachekeeper [--config FILE]``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
-from cachekeeper.server import BindError, Keeper
-from cachekeeper.store import Store, StoreLocked
-from shared.config import Config
-from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
+from reame.cachekeeper.server import BindError, Keeper
+from reame.cachekeeper.store import Store, StoreLocked
+from reame.shared.config import Config
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
 
 log = logging.getLogger("cachekeeper")
 

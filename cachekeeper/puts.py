@@ -14,8 +14,8 @@ import dataclasses
 import enum
 from typing import Final
 
-from shared import prefix
-from shared.protocol import CacheChunk, CachePut
+from reame.shared import prefix
+from reame.shared.protocol import CacheChunk, CachePut
 
 MAX_PUTS: Final = 4
 IDLE_S: Final = 30.0

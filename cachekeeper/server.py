@@ -19,14 +19,14 @@ from typing import Final
 
 import zmq
 
-from cachekeeper import writer as w
-from cachekeeper.entry import CorruptEntry
-from cachekeeper.puts import Accepted, Failed, FinishedPut, PartialPuts, Progress, Reason
-from cachekeeper.store import ReadHandle, Store
-from shared import endpoints
-from shared import protocol as p
-from shared.lifecycle import StopFlag
-from shared.prefix import HASH_BYTES, is_entry_key
+from reame.cachekeeper import writer as w
+from reame.cachekeeper.entry import CorruptEntry
+from reame.cachekeeper.puts import Accepted, Failed, FinishedPut, PartialPuts, Progress, Reason
+from reame.cachekeeper.store import ReadHandle, Store
+from reame.shared import endpoints
+from reame.shared import protocol as p
+from reame.shared.lifecycle import StopFlag
+from reame.shared.prefix import HASH_BYTES, is_entry_key
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from cachekeeper import entry
-from cachekeeper.entry import CorruptEntry, EntryHeader
-from cachekeeper.index import Index, IndexCorrupt, IndexRow, index_files
-from shared.prefix import is_entry_key
+from reame.cachekeeper import entry
+from reame.cachekeeper.entry import CorruptEntry, EntryHeader
+from reame.cachekeeper.index import Index, IndexCorrupt, IndexRow, index_files
+from reame.shared.prefix import is_entry_key
 
 log = logging.getLogger(__name__)
 

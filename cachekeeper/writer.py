@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from cachekeeper import entry
-from cachekeeper.puts import FinishedPut
-from cachekeeper.store import Refusal, Store
-from shared.prefix import entry_key
-from shared.protocol import CacheCommand
+from reame.cachekeeper import entry
+from reame.cachekeeper.puts import FinishedPut
+from reame.cachekeeper.store import Refusal, Store
+from reame.shared.prefix import entry_key
+from reame.shared.protocol import CacheCommand
 
 log = logging.getLogger(__name__)
 

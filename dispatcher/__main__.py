@@ -1,7 +1,7 @@
-"""Run the dispatcher: ``python -m dispatcher [--config FILE]``."""
+"""Run the dispatcher: ``python -m reame.dispatcher [--config FILE]``."""
 
 import sys
 
-from dispatcher.main import main
+from reame.dispatcher.main import main
 
 sys.exit(main())

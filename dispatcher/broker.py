@@ -17,9 +17,9 @@ from typing import Final
 
 import zmq
 
-from dispatcher.scheduler import Dest, Scheduler, Send
-from shared import endpoints, protocol
-from shared.lifecycle import StopFlag
+from reame.dispatcher.scheduler import Dest, Scheduler, Send
+from reame.shared import endpoints, protocol
+from reame.shared.lifecycle import StopFlag
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Start the dispatcher: ``python -m dispatcher [--config FILE]``."""
+"""Start the dispatcher: ``python -m reame.dispatcher [--config FILE]``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import logging
 import time
 from collections.abc import Sequence
 
-from dispatcher.broker import BindError, Broker
-from dispatcher.scheduler import Scheduler
-from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
+from reame.dispatcher.broker import BindError, Broker
+from reame.dispatcher.scheduler import Scheduler
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
 
 log = logging.getLogger("dispatcher")
 

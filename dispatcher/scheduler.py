@@ -30,7 +30,7 @@ import enum
 import logging
 from typing import Final, NamedTuple
 
-from shared import protocol as p
+from reame.shared import protocol as p
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
-"""``python -m gateway [--config FILE]``."""
+"""``python -m reame.gateway [--config FILE]``."""
 
 import sys
 
-from gateway.main import main
+from reame.gateway.main import main
 
 sys.exit(main())

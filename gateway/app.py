@@ -13,11 +13,11 @@ from typing import Any, Final
 
 import falcon
 
-from gateway import errors
-from gateway.client import ClientGone, Dispatcher
-from gateway.errors import APIError
-from gateway.requestlog import LogMiddleware, request_log
-from gateway.resources import (
+from reame.gateway import errors
+from reame.gateway.client import ClientGone, Dispatcher
+from reame.gateway.errors import APIError
+from reame.gateway.requestlog import LogMiddleware, request_log
+from reame.gateway.resources import (
     CacheWarm,
     ChatCompletions,
     Completions,
@@ -27,9 +27,9 @@ from gateway.resources import (
     Settings,
     send_json,
 )
-from gateway.streams import CLIENT_GONE_STATUS
-from shared.config import Config
-from shared.model_file import model_alias
+from reame.gateway.streams import CLIENT_GONE_STATUS
+from reame.shared.config import Config
+from reame.shared.model_file import model_alias
 
 log = logging.getLogger(__name__)
 

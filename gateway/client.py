@@ -23,10 +23,10 @@ from typing import Final
 
 import zmq
 
-from gateway import errors
-from gateway.errors import APIError
-from shared import protocol
-from shared.protocol import HEARTBEAT_INTERVAL_S, HEARTBEAT_LIVENESS
+from reame.gateway import errors
+from reame.gateway.errors import APIError
+from reame.shared import protocol
+from reame.shared.protocol import HEARTBEAT_INTERVAL_S, HEARTBEAT_LIVENESS
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Final
 
-from gateway.compress import compress
-from gateway.tokenizer import Tokenizer, TokenizerError
-from shared.config import ConfigError, load
-from shared.model_file import ModelFileError, model_path
+from reame.gateway.compress import compress
+from reame.gateway.tokenizer import Tokenizer, TokenizerError
+from reame.shared.config import ConfigError, load
+from reame.shared.model_file import ModelFileError, model_path
 
 EXIT_USAGE: Final = 2
 

@@ -11,11 +11,11 @@ import dataclasses
 import logging
 import threading
 
-from gateway.compress.messages import Policy, Result, compress_messages, compress_prompt
-from gateway.tokenizer import Tokenizer
-from shared.config import Config
-from shared.model_file import ModelFileError, model_path
-from shared.protocol import ChatMessage
+from reame.gateway.compress.messages import Policy, Result, compress_messages, compress_prompt
+from reame.gateway.tokenizer import Tokenizer
+from reame.shared.config import Config
+from reame.shared.model_file import ModelFileError, model_path
+from reame.shared.protocol import ChatMessage
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from shared import protocol
-from shared.protocol import ErrorCode
+from reame.shared import protocol
+from reame.shared.protocol import ErrorCode
 
 INVALID_REQUEST: Final = "invalid_request_error"
 OVERLOADED: Final = "overloaded_error"

@@ -20,11 +20,11 @@ import falcon
 from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 
-from gateway.app import create_app
-from gateway.client import Dispatcher
-from shared import logs
-from shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
-from shared.lifecycle import EXIT_BOOT_FAILURE
+from reame.gateway.app import create_app
+from reame.gateway.client import Dispatcher
+from reame.shared import logs
+from reame.shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE
 
 log = logging.getLogger("gateway")
 
@@ -95,7 +95,7 @@ def check_bind(host: str, port: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the gateway until SIGTERM/SIGINT; return the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m gateway", description="Run reame's OpenAI-compatible HTTP gateway."
+        prog="python -m reame.gateway", description="Run reame's OpenAI-compatible HTTP gateway."
     )
     parser.add_argument("--config", metavar="FILE", help="reame config file (default: built-in defaults)")
     args = parser.parse_args(argv)

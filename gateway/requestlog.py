@@ -14,9 +14,9 @@ from typing import Final
 
 import falcon
 
-from gateway.errors import APIError
-from gateway.responses import Usage
-from shared.protocol import Delta, Done
+from reame.gateway.errors import APIError
+from reame.gateway.responses import Usage
+from reame.shared.protocol import Delta, Done
 
 log = logging.getLogger("gateway.requests")
 

@@ -10,16 +10,16 @@ from typing import Any, Final, NoReturn
 
 import falcon
 
-from gateway import errors, responses, sse, validation
-from gateway.client import Call, Dispatcher
-from gateway.compression import Compressor
-from gateway.errors import APIError, dispatcher_unavailable, invalid
-from gateway.requestlog import request_log
-from gateway.responses import Choice, Usage
-from gateway.streams import ChatStream, CompletionStream, Meta, SSEStream, collect, next_message
-from shared import protocol
-from shared.config import Config
-from shared.protocol import ChatMessage, SamplingParams
+from reame.gateway import errors, responses, sse, validation
+from reame.gateway.client import Call, Dispatcher
+from reame.gateway.compression import Compressor
+from reame.gateway.errors import APIError, dispatcher_unavailable, invalid
+from reame.gateway.requestlog import request_log
+from reame.gateway.responses import Choice, Usage
+from reame.gateway.streams import ChatStream, CompletionStream, Meta, SSEStream, collect, next_message
+from reame.shared import protocol
+from reame.shared.config import Config
+from reame.shared.protocol import ChatMessage, SamplingParams
 
 JSON_TYPE: Final = "application/json"
 READY_TIMEOUT_S: Final = 1.0

@@ -10,7 +10,7 @@ import json
 import uuid
 from typing import Any, Final
 
-from shared.protocol import Done
+from reame.shared.protocol import Done
 
 CHAT_ID_PREFIX: Final = "chatcmpl-"
 COMPLETION_ID_PREFIX: Final = "cmpl-"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from gateway.errors import APIError
-from gateway.responses import dumps
+from reame.gateway.errors import APIError
+from reame.gateway.responses import dumps
 
 CONTENT_TYPE: Final = "text/event-stream"
 DONE: Final = b"data: [DONE]\n\n"

@@ -15,12 +15,12 @@ import logging
 from collections.abc import Callable, Generator, Iterator
 from typing import Final
 
-from gateway import errors, responses, sse
-from gateway.client import Call, ClientGone
-from gateway.errors import APIError
-from gateway.requestlog import RequestLog
-from gateway.responses import Usage
-from shared.protocol import Delta, Done
+from reame.gateway import errors, responses, sse
+from reame.gateway.client import Call, ClientGone
+from reame.gateway.errors import APIError
+from reame.gateway.requestlog import RequestLog
+from reame.gateway.responses import Usage
+from reame.shared.protocol import Delta, Done
 
 log = logging.getLogger(__name__)
 

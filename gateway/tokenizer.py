@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gateway.compress import approximate_tokens
+from reame.gateway.compress import approximate_tokens
 
 log = logging.getLogger(__name__)
 

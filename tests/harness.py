@@ -136,7 +136,7 @@ class Server:
         raise RuntimeError(f"reame serve not ready with {workers} workers in {timeout} s:\n{self.log()}")
 
     def workers(self) -> list[int]:
-        return [pid for pid in descendants(self.proc.pid) if " -m worker " in cmdline(pid) + " "]
+        return [pid for pid in descendants(self.proc.pid) if " -m reame.worker " in cmdline(pid) + " "]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-20000:]
@@ -177,7 +177,7 @@ def start_server(tmp: Path, workers: int = 2, **overrides: str) -> Server:
     log_path = tmp / "serve.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "serve"],
+            [sys.executable, "-P", "-m", "reame.supervisor", "serve"],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
     server = Server(proc=proc, port=port, tmp=tmp)

@@ -1,7 +1,7 @@
-"""``python -m worker``: see worker.main."""
+"""``python -m reame.worker``: see worker.main."""
 
 import sys
 
-from worker.main import main
+from reame.worker.main import main
 
 sys.exit(main())

@@ -30,10 +30,10 @@ from typing import Final
 
 import zmq
 
-from cachekeeper.entry import CorruptEntry, EntryHeader, PayloadDecoder, decode_header
-from shared import protocol
-from shared.protocol import CacheChunk, CacheCorrupt, CacheHit, CacheLookup, CacheMiss, Message
-from worker.cache_uploader import Uploader, upload_bound
+from reame.cachekeeper.entry import CorruptEntry, EntryHeader, PayloadDecoder, decode_header
+from reame.shared import protocol
+from reame.shared.protocol import CacheChunk, CacheCorrupt, CacheHit, CacheLookup, CacheMiss, Message
+from reame.worker.cache_uploader import Uploader, upload_bound
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cachekeeper.entry import EntryHeader
-from worker.kv import MIN_FRESH, common_prefix
+from reame.cachekeeper.entry import EntryHeader
+from reame.worker.kv import MIN_FRESH, common_prefix
 
 
 def lookup_worthwhile(n_prompt: int, local: int, block_tokens: int) -> bool:

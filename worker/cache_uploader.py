@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Final
 
 import zmq
 
-from cachekeeper.entry import CHUNK_BYTES
-from shared import protocol
-from shared.protocol import CacheChunk, CachePut, CacheStored, Message
+from reame.cachekeeper.entry import CHUNK_BYTES
+from reame.shared import protocol
+from reame.shared.protocol import CacheChunk, CachePut, CacheStored, Message
 
 if TYPE_CHECKING:
-    from worker.cache_client import Counters, Health
+    from reame.worker.cache_client import Counters, Health
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import jinja2.nodes
 import jinja2.parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from shared.protocol import ChatMessage
+from reame.shared.protocol import ChatMessage
 
 
 class ChatTemplateError(ValueError):

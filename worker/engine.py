@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from shared.protocol import (
+from reame.shared.protocol import (
     Done,
     Error,
     ErrorCode,
@@ -27,16 +27,16 @@ from shared.protocol import (
     Generate,
     Message,
 )
-from worker.chat_template import ChatTemplate, ChatTemplateError
-from worker.kv import KvCache, prefill_chunks
-from worker.model import DecodeError, Model
-from worker.output import Output
-from worker.prefix_cache import PrefixCache
-from worker.sampler import Sampler, SamplingError
-from worker.speculative.chooser import TargetChooser
-from worker.speculative.loop import Tally, generate
-from worker.speculative.setup import OFF, PARAM, Speculation, SpeculationError, check_mode
-from worker.stops import TextStream
+from reame.worker.chat_template import ChatTemplate, ChatTemplateError
+from reame.worker.kv import KvCache, prefill_chunks
+from reame.worker.model import DecodeError, Model
+from reame.worker.output import Output
+from reame.worker.prefix_cache import PrefixCache
+from reame.worker.sampler import Sampler, SamplingError
+from reame.worker.speculative.chooser import TargetChooser
+from reame.worker.speculative.loop import Tally, generate
+from reame.worker.speculative.setup import OFF, PARAM, Speculation, SpeculationError, check_mode
+from reame.worker.stops import TextStream
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from worker.model import DecodeError, Model
+from reame.worker.model import DecodeError, Model
 
 # llama.cpp evaluates a one-token batch with other kernels than a larger batch, and
 # the KV entries it writes differ in the last bits: a prompt whose final token was

@@ -31,8 +31,8 @@ from typing import Final
 
 import zmq
 
-from shared import protocol
-from shared.protocol import (
+from reame.shared import protocol
+from reame.shared.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
     Cancel,

@@ -1,4 +1,4 @@
-"""Start a worker: ``python -m worker [--config FILE] --index N``.
+"""Start a worker: ``python -m reame.worker [--config FILE] --index N``.
 
 The main thread loads the model and runs the engine; the link thread talks to
 the dispatcher. One worker per core, each with its own context; the weights are
@@ -16,17 +16,17 @@ from typing import Final
 
 import zmq
 
-from shared.config import Config
-from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
-from shared.model_file import ModelFileError, model_alias, model_path
-from shared.protocol import Error, ErrorCode, Ready
-from worker.cache_client import CacheClient
-from worker.engine import Engine
-from worker.fingerprint import model_fingerprint, short
-from worker.link import Link
-from worker.model import DecodeError, Model, ModelError
-from worker.prefix_cache import PrefixCache
-from worker.speculative import setup as speculative
+from reame.shared.config import Config
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
+from reame.shared.model_file import ModelFileError, model_alias, model_path
+from reame.shared.protocol import Error, ErrorCode, Ready
+from reame.worker.cache_client import CacheClient
+from reame.worker.engine import Engine
+from reame.worker.fingerprint import model_fingerprint, short
+from reame.worker.link import Link
+from reame.worker.model import DecodeError, Model, ModelError
+from reame.worker.prefix_cache import PrefixCache
+from reame.worker.speculative import setup as speculative
 
 log = logging.getLogger("worker")
 

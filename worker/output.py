@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shared.protocol import Delta, FinishReason, Message
-from worker.stops import TextStream
+from reame.shared.protocol import Delta, FinishReason, Message
+from reame.worker.stops import TextStream
 
 
 class Output:

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from cachekeeper.entry import EntryHeader
-from shared.prefix import block_hashes
-from worker import cache_policy
-from worker.cache_client import Fetched
-from worker.kv import KvCache, common_prefix
+from reame.cachekeeper.entry import EntryHeader
+from reame.shared.prefix import block_hashes
+from reame.worker import cache_policy
+from reame.worker.cache_client import Fetched
+from reame.worker.kv import KvCache, common_prefix
 
 log = logging.getLogger(__name__)
 

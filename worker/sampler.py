@@ -18,7 +18,7 @@ from typing import Any, Final, NamedTuple
 
 import llama_cpp
 
-from shared.protocol import SamplingParams
+from reame.shared.protocol import SamplingParams
 
 RANDOM_SEED: Final = llama_cpp.LLAMA_DEFAULT_SEED  # llama.cpp draws a random seed for this value
 _SEED_MASK: Final = 0xFFFFFFFF

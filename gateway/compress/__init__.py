@@ -25,13 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from gateway.compress import lexicon
-from gateway.compress.dedupe import dedupe
-from gateway.compress.facts import facts
-from gateway.compress.fixpoint import fixpoint
-from gateway.compress.normalize import looks_like_code, normalize
-from gateway.compress.query import rank
-from gateway.compress.telegraph import telegraph
+from reame.gateway.compress import lexicon
+from reame.gateway.compress.dedupe import dedupe
+from reame.gateway.compress.facts import facts
+from reame.gateway.compress.fixpoint import fixpoint
+from reame.gateway.compress.normalize import looks_like_code, normalize
+from reame.gateway.compress.query import rank
+from reame.gateway.compress.telegraph import telegraph
 
 MODES: Final = ("off", "lossless", "facts", "query")
 # Each rule only removes text, so a few passes reach a text that no rule changes.

@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from typing import Final
 
-from gateway.compress.segment import Kind, Line, is_table_row, join, sentences, split_lines
+from reame.gateway.compress.segment import Kind, Line, is_table_row, join, sentences, split_lines
 
 SELF_CONTAINED_WORDS: Final = 8
 BOILERPLATE_REPEATS: Final = 3

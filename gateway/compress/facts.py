@@ -41,8 +41,8 @@ import enum
 import re
 from typing import Final
 
-from gateway.compress import lexicon
-from gateway.compress.segment import (
+from reame.gateway.compress import lexicon
+from reame.gateway.compress.segment import (
     CLAUSE_LABEL,
     ITEM_MARK,
     LEVEL_TABLE,

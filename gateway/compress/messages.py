@@ -25,8 +25,8 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-from gateway.compress import compress
-from shared.protocol import ChatMessage
+from reame.gateway.compress import compress
+from reame.shared.protocol import ChatMessage
 
 COMPRESSED_ROLES: Final = frozenset({"system", "user", "tool"})
 _PARAGRAPH_BREAK: Final = re.compile(r"\n[ \t]*\n\s*")

@@ -25,8 +25,8 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-from gateway.compress.facts import is_hard
-from gateway.compress.segment import Kind, Line, join, section_ends, split_lines
+from reame.gateway.compress.facts import is_hard
+from reame.gateway.compress.segment import Kind, Line, join, section_ends, split_lines
 
 HARD_BONUS: Final = 0.5
 _SAME: Final = {

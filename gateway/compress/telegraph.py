@@ -34,9 +34,9 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from gateway.compress.facts import document_names, not_english
-from gateway.compress.fixpoint import fixpoint
-from gateway.compress.segment import (
+from reame.gateway.compress.facts import document_names, not_english
+from reame.gateway.compress.fixpoint import fixpoint
+from reame.gateway.compress.segment import (
     CLAUSE_LABEL,
     ITEM_MARK,
     LEVEL_CAPS,

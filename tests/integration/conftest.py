@@ -24,8 +24,8 @@ def reference_llama() -> Any:
     """The same model in-process through llama-cpp-python, for exact comparisons."""
     import llama_cpp
 
-    from shared.config import load
-    from shared.model_file import model_path
+    from reame.shared.config import load
+    from reame.shared.model_file import model_path
 
     config = load(None, environ={})
     return llama_cpp.Llama(

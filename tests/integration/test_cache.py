@@ -61,7 +61,7 @@ def cache_stats(server: Server) -> dict[str, Any]:
     env = {**os.environ, "REAME_SERVER_PORT": str(server.port), "REAME_SERVER_RUN_DIR": str(server.run_dir),
            "REAME_CACHE_DIR": str(server.cache_dir)}
     result = subprocess.run(
-        [sys.executable, "-m", "supervisor", "cache", "stats", "--json"],
+        [sys.executable, "-P", "-m", "reame.supervisor", "cache", "stats", "--json"],
         capture_output=True, text=True, timeout=60, env=env,
     )
     assert result.returncode == 0, result.stderr
@@ -148,7 +148,7 @@ def test_a_corrupted_entry_is_detected_and_the_answer_is_unchanged(tmp_path: Pat
 
 
 def test_requests_are_answered_while_the_cachekeeper_is_frozen_or_killed(cache_server: Server) -> None:
-    keepers = [pid for pid in cache_server.children() if " -m cachekeeper" in cmdline(pid)]
+    keepers = [pid for pid in cache_server.children() if " -m reame.cachekeeper" in cmdline(pid)]
     assert len(keepers) == 1
     os.kill(keepers[0], signal.SIGSTOP)
     try:
@@ -177,10 +177,10 @@ def test_cache_cli_stats_verify_and_purge(cache_server: Server) -> None:
     assert stats["bytes"] > 0 and stats["max_bytes"] == 20 * 10**9
     env = {**os.environ, "REAME_SERVER_PORT": str(cache_server.port),
            "REAME_SERVER_RUN_DIR": str(cache_server.run_dir), "REAME_CACHE_DIR": str(cache_server.cache_dir)}
-    verify = subprocess.run([sys.executable, "-m", "supervisor", "cache", "verify"],
+    verify = subprocess.run([sys.executable, "-P", "-m", "reame.supervisor", "cache", "verify"],
                             capture_output=True, text=True, timeout=120, env=env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    purge = subprocess.run([sys.executable, "-m", "supervisor", "cache", "purge"],
+    purge = subprocess.run([sys.executable, "-P", "-m", "reame.supervisor", "cache", "purge"],
                            capture_output=True, text=True, timeout=60, env=env)
     assert purge.returncode == 0, purge.stderr
     assert cache_stats(cache_server)["entries"] == 0

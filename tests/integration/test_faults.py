@@ -159,7 +159,7 @@ def test_bad_config_stops_start_up_naming_the_key(tmp_path: Path) -> None:
     conf = tmp_path / "bad.conf"
     conf.write_text("[server]\nport = lots\n")
     result = subprocess.run(
-        [sys.executable, "-m", "supervisor", "serve", "--config", str(conf)],
+        [sys.executable, "-P", "-m", "reame.supervisor", "serve", "--config", str(conf)],
         capture_output=True, text=True, timeout=60, env={**os.environ},
     )
     assert result.returncode != 0

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared.config import load
-from shared.lifecycle import EXIT_BOOT_FAILURE
-from shared.model_file import ModelFileError, model_path
-from shared.protocol import (
+from reame.shared.config import load
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE
+from reame.shared.model_file import ModelFileError, model_path
+from reame.shared.protocol import (
     ChatMessage,
     Delta,
     Done,
@@ -34,10 +34,10 @@ from shared.protocol import (
     Message,
     SamplingParams,
 )
+from reame.worker.engine import Engine
+from reame.worker.model import Model
+from reame.worker.speculative.setup import LOOKUP, MODEL, OFF, Speculation
 from tests.harness import start_server
-from worker.engine import Engine
-from worker.model import Model
-from worker.speculative.setup import LOOKUP, MODEL, OFF, Speculation
 
 pytestmark = pytest.mark.integration
 
@@ -239,7 +239,8 @@ def test_a_draft_with_another_vocabulary_stops_start_up(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REAME_")}
     env.update(REAME_SPECULATIVE_DRAFT_MODEL_PATH=str(BENCH_DRAFT), REAME_SERVER_RUN_DIR=str(tmp_path))
     done = subprocess.run(
-        [sys.executable, "-m", "worker", "--index", "0"], env=env, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-P", "-m", "reame.worker", "--index", "0"],
+        env=env, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == EXIT_BOOT_FAILURE
     assert "cannot draft for" in done.stderr and "same tokenizer" in done.stderr

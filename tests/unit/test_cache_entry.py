@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper import entry
-from cachekeeper.entry import CorruptEntry, EntryHeader, EntryReader, decode_payload, encode_payload, write_entry
+from reame.cachekeeper import entry
+from reame.cachekeeper.entry import CorruptEntry, EntryHeader, EntryReader, decode_payload, encode_payload, write_entry
 
 FP = b"fingerprint"
 TOKENS = list(range(100, 137))

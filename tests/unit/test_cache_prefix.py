@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared import prefix
+from reame.shared import prefix
 
 FP = b"model-a"
 tokens_st = st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), max_size=200)

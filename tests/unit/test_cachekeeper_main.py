@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import zmq
 
-from cachekeeper.entry import EntryHeader, encode_payload
-from cachekeeper.store import PendingPut, Store
-from shared import protocol as p
-from shared.config import CONFIG_PATH_ENV
-from shared.lifecycle import EXIT_BOOT_FAILURE
-from shared.prefix import entry_key
-from supervisor import cli
+from reame.cachekeeper.entry import EntryHeader, encode_payload
+from reame.cachekeeper.store import PendingPut, Store
+from reame.shared import protocol as p
+from reame.shared.config import CONFIG_PATH_ENV
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE
+from reame.shared.prefix import entry_key
+from reame.supervisor import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 15.0
@@ -76,7 +76,7 @@ def wait_for(predicate: Callable[[], bool], what: str) -> None:
 
 def start(conf: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "cachekeeper", "--config", str(conf)], env=env,
+    return subprocess.Popen([sys.executable, "-P", "-m", "reame.cachekeeper", "--config", str(conf)], env=env,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -109,7 +109,8 @@ def test_the_process_serves_reports_and_stops_cleanly(top: Path, capsys: pytest.
 
         # A second cachekeeper on the same directory cannot take it, whatever its address.
         other = write_config(top, "other.conf", address=f"ipc://{top}/other.ipc")
-        second = subprocess.run([sys.executable, "-m", "cachekeeper", "--config", str(other)], cwd=ROOT, env=env,
+        second = subprocess.run([sys.executable, "-P", "-m", "reame.cachekeeper", "--config", str(other)],
+                                cwd=ROOT, env=env,
                                 capture_output=True, text=True, timeout=TIMEOUT_S)
         assert second.returncode == EXIT_BOOT_FAILURE
         assert "in use by another process" in second.stderr
@@ -147,12 +148,13 @@ def test_a_bad_config_or_an_unusable_directory_is_a_boot_failure(top: Path) -> N
     conf = top / "bad.conf"
     conf.write_text("[cache]\nmax_size = lots\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "cachekeeper", "--config", str(conf)], env=env,
+    result = subprocess.run([sys.executable, "-P", "-m", "reame.cachekeeper", "--config", str(conf)], env=env,
                             capture_output=True, text=True, timeout=TIMEOUT_S)
     assert result.returncode == EXIT_BOOT_FAILURE and "max_size" in result.stderr
 
     (top / "kv").write_text("a file where the directory should be")
-    result = subprocess.run([sys.executable, "-m", "cachekeeper", "--config", str(write_config(top))], env=env,
+    result = subprocess.run([sys.executable, "-P", "-m", "reame.cachekeeper", "--config", str(write_config(top))],
+                            env=env,
                             capture_output=True, text=True, timeout=TIMEOUT_S)
     assert result.returncode == EXIT_BOOT_FAILURE and "cannot open the cache directory" in result.stderr
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cachekeeper.puts import Accepted, Failed, FinishedPut, PartialPuts, Progress, Reason, check_put
-from shared.prefix import entry_key
-from shared.protocol import CacheChunk, CachePut
+from reame.cachekeeper.puts import Accepted, Failed, FinishedPut, PartialPuts, Progress, Reason, check_put
+from reame.shared.prefix import entry_key
+from reame.shared.protocol import CacheChunk, CachePut
 
 FP = b"model"
 W1, W2 = b"worker-1", b"worker-2"

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import zmq
 
-from cachekeeper import entry
-from cachekeeper.server import Keeper
-from cachekeeper.store import Store
-from shared import protocol as p
-from shared.lifecycle import StopFlag
-from shared.prefix import block_hashes, entry_key
+from reame.cachekeeper import entry
+from reame.cachekeeper.server import Keeper
+from reame.cachekeeper.store import Store
+from reame.shared import protocol as p
+from reame.shared.lifecycle import StopFlag
+from reame.shared.prefix import block_hashes, entry_key
 
 FP = b"model-fingerprint"
 BT = 4

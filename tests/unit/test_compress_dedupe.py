@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.compress.dedupe import dedupe
-from gateway.compress.segment import LEVEL_CAPS, LEVEL_LABEL, LEVEL_TABLE, Kind, sentences, split_lines
+from reame.gateway.compress.dedupe import dedupe
+from reame.gateway.compress.segment import LEVEL_CAPS, LEVEL_LABEL, LEVEL_TABLE, Kind, sentences, split_lines
 
 
 def test_running_headers_with_page_numbers_go() -> None:

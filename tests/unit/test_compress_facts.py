@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.compress import compress
-from gateway.compress.facts import Verdict, facts, is_hard, is_navigation, trim, verdict
-from gateway.compress.segment import sentences
+from reame.gateway.compress import compress
+from reame.gateway.compress.facts import Verdict, facts, is_hard, is_navigation, trim, verdict
+from reame.gateway.compress.segment import sentences
 
 
 @pytest.mark.parametrize(

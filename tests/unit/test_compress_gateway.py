@@ -14,16 +14,16 @@ import falcon.testing
 import pytest
 import zmq
 
-from gateway.app import create_app
-from gateway.client import Dispatcher
-from gateway.compress.messages import Result
-from gateway.compression import Compressor, Savings
-from gateway.errors import APIError
-from gateway.tokenizer import Tokenizer, TokenizerError
-from gateway.validation import parse_chat, parse_completion, parse_warm
-from shared import config, protocol
-from shared.model_file import model_path
-from supervisor import cli
+from reame.gateway.app import create_app
+from reame.gateway.client import Dispatcher
+from reame.gateway.compress.messages import Result
+from reame.gateway.compression import Compressor, Savings
+from reame.gateway.errors import APIError
+from reame.gateway.tokenizer import Tokenizer, TokenizerError
+from reame.gateway.validation import parse_chat, parse_completion, parse_warm
+from reame.shared import config, protocol
+from reame.shared.model_file import model_path
+from reame.supervisor import cli
 from tests.unit.test_gateway_app import FakeDispatcher
 
 DEFAULTS = config.load(environ={}).sampling

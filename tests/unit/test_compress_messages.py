@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.compress.messages import Policy, compress_messages, compress_prompt, split_question
-from shared.protocol import ChatMessage
+from reame.gateway.compress.messages import Policy, compress_messages, compress_prompt, split_question
+from reame.shared.protocol import ChatMessage
 
 
 def words(text: str) -> int:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.compress import MODES, approximate_tokens, compress
-from gateway.compress.query import fold, rank, terms
+from reame.gateway.compress import MODES, approximate_tokens, compress
+from reame.gateway.compress.query import fold, rank, terms
 
 PIECES = st.sampled_from([
     "Price: £3.10", "We love you!", "Open 9:00–17:00.", "We do not deliver on Sundays.", "<br>", "&nbsp;",  # noqa: RUF001

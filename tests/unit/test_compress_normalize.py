@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.compress.normalize import (
+from reame.gateway.compress.normalize import (
     leaders,
     looks_like_code,
     markdown,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.compress import lexicon
-from gateway.compress.telegraph import shorten, shorten_line, telegraph
+from reame.gateway.compress import lexicon
+from reame.gateway.compress.telegraph import shorten, shorten_line, telegraph
 
 
 @pytest.mark.parametrize(

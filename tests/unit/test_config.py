@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared import config
+from reame.shared import config
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "config" / "reame.conf"

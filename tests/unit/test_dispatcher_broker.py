@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 import zmq
 
-from dispatcher.broker import BindError, Broker
-from dispatcher.main import main
-from dispatcher.scheduler import Scheduler
-from shared import endpoints
-from shared import protocol as p
-from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
+from reame.dispatcher.broker import BindError, Broker
+from reame.dispatcher.main import main
+from reame.dispatcher.scheduler import Scheduler
+from reame.shared import endpoints
+from reame.shared import protocol as p
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 10.0
@@ -199,7 +199,7 @@ def test_process_stops_cleanly_on_sigterm(run_dir: Path, tmp_path: Path) -> None
     conf = tmp_path / "reame.conf"
     conf.write_text(f"[server]\nrun_dir = {run_dir}\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "dispatcher", "--config", str(conf)], env=env,
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "reame.dispatcher", "--config", str(conf)], env=env,
                             stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (run_dir / "backend.ipc").exists() or proc.poll() is not None, "the sockets")

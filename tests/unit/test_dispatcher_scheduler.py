@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.scheduler import MAX_DISPATCHES, Dest, Scheduler, Send
-from shared import protocol as p
+from reame.dispatcher.scheduler import MAX_DISPATCHES, Dest, Scheduler, Send
+from reame.shared import protocol as p
 
 T0 = 1000.0
 TTL = p.HEARTBEAT_INTERVAL_S * p.HEARTBEAT_LIVENESS

@@ -21,12 +21,12 @@ import falcon.testing
 import pytest
 import zmq
 
-from gateway import resources
-from gateway.app import create_app
-from gateway.client import Dispatcher
-from gateway.streams import SSEStream
-from shared import config, protocol
-from shared.protocol import Delta, Done, Error, ErrorCode, FinishReason, Heartbeat
+from reame.gateway import resources
+from reame.gateway.app import create_app
+from reame.gateway.client import Dispatcher
+from reame.gateway.streams import SSEStream
+from reame.shared import config, protocol
+from reame.shared.protocol import Delta, Done, Error, ErrorCode, FinishReason, Heartbeat
 
 RETRY_AFTER = "7"
 MAX_BODY = 2048

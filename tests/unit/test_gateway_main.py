@@ -1,4 +1,4 @@
-"""`python -m gateway`: gunicorn configuration and boot failures (no server is started)."""
+"""`python -m reame.gateway`: gunicorn configuration and boot failures (no server is started)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from gateway import main as gateway_main
-from gateway.main import GatewayApplication
-from shared import config
-from shared.lifecycle import EXIT_BOOT_FAILURE
+from reame.gateway import main as gateway_main
+from reame.gateway.main import GatewayApplication
+from reame.shared import config
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE
 
 
 @pytest.fixture(autouse=True)
 def quiet_logs(monkeypatch: pytest.MonkeyPatch) -> None:
     # logs.setup replaces the root handlers, which would take pytest's capture away.
-    monkeypatch.setattr("shared.logs.setup", lambda process, level: None)
+    monkeypatch.setattr("reame.shared.logs.setup", lambda process, level: None)
 
 
 def test_gunicorn_is_configured_from_reame_config() -> None:

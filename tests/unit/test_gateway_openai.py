@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import zmq
 
-from gateway.app import create_app
-from gateway.client import Dispatcher
+from reame.gateway.app import create_app
+from reame.gateway.client import Dispatcher
 from tests.unit.test_gateway_app import CONFIG, RETRY_AFTER, FakeDispatcher
 
 openai = pytest.importorskip("openai")

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from gateway import errors, responses, sse
-from gateway.errors import APIError
-from gateway.responses import Choice, Usage
-from shared.protocol import Done, Error, ErrorCode, FinishReason
+from reame.gateway import errors, responses, sse
+from reame.gateway.errors import APIError
+from reame.gateway.responses import Choice, Usage
+from reame.shared.protocol import Done, Error, ErrorCode, FinishReason
 
 
 def test_sse_event_is_one_data_line_ending_in_a_blank_line() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from shared import protocol as p
+from reame.shared import protocol as p
 
 SAMPLING = p.SamplingParams(
     temperature=0.0, top_p=0.9, top_k=5, min_p=0.1, seed=7, max_tokens=12, stop=["\n", "END"],

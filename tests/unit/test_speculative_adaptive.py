@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.speculative.adaptive import (
+from reame.worker.speculative.adaptive import (
     MIN_EVIDENCE,
     PAYS,
     LookupController,

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shared.protocol import SamplingParams
-from worker.sampler import SamplingError
-from worker.speculative.chooser import TargetChooser
-from worker.speculative.verify import softmax
+from reame.shared.protocol import SamplingParams
+from reame.worker.sampler import SamplingError
+from reame.worker.speculative.chooser import TargetChooser
+from reame.worker.speculative.verify import softmax
 
 VOCAB = 50
 

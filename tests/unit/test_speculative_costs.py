@@ -6,10 +6,10 @@ from typing import cast
 
 import pytest
 
+from reame.worker.kv import KvCache
+from reame.worker.speculative.costs import CONTEXT, batch_sizes, measure, time_decodes
+from reame.worker.speculative.setup import LOOKUP, OFF, Speculation
 from tests.unit.test_speculative_loop import FakeKv, fake_model
-from worker.kv import KvCache
-from worker.speculative.costs import CONTEXT, batch_sizes, measure, time_decodes
-from worker.speculative.setup import LOOKUP, OFF, Speculation
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reame.worker.speculative.draft_model import ModelDrafter, vocabulary_problem
+from reame.worker.speculative.ngram import NO_GUESS
 from tests.unit.test_speculative_loop import FakeKv, fake_model
-from worker.speculative.draft_model import ModelDrafter, vocabulary_problem
-from worker.speculative.ngram import NO_GUESS
 
 
 @dataclass

@@ -7,9 +7,9 @@ from typing import Any
 import falcon.testing
 import pytest
 
-from gateway.errors import APIError
-from gateway.validation import parse_chat, parse_completion
-from shared.config import load
+from reame.gateway.errors import APIError
+from reame.gateway.validation import parse_chat, parse_completion
+from reame.shared.config import load
 from tests.unit.test_gateway_app import FakeDispatcher, chat_body, client, context, fake  # noqa: F401
 
 SAMPLING = load(None, environ={}).sampling

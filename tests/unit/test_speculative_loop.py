@@ -15,14 +15,14 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from shared.protocol import Delta, FinishReason, Message
-from worker.output import Output
-from worker.speculative.adaptive import LookupController, ModelController, StepCosts
-from worker.speculative.draft_model import ModelDrafter
-from worker.speculative.loop import Controller, Drafter, Tally, generate
-from worker.speculative.ngram import LookupDrafter
-from worker.speculative.verify import draw, softmax
-from worker.stops import TextStream
+from reame.shared.protocol import Delta, FinishReason, Message
+from reame.worker.output import Output
+from reame.worker.speculative.adaptive import LookupController, ModelController, StepCosts
+from reame.worker.speculative.draft_model import ModelDrafter
+from reame.worker.speculative.loop import Controller, Drafter, Tally, generate
+from reame.worker.speculative.ngram import LookupDrafter
+from reame.worker.speculative.verify import draw, softmax
+from reame.worker.stops import TextStream
 
 VOCAB = 12
 EOG = 11

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from worker.speculative.ngram import MAX_ALIGNMENT, NO_GUESS, LookupDrafter, NgramIndex
+from reame.worker.speculative.ngram import MAX_ALIGNMENT, NO_GUESS, LookupDrafter, NgramIndex
 
 
 def scan_follower(tokens: list[int], order: int) -> int | None:

@@ -10,13 +10,13 @@ from typing import cast
 
 import pytest
 
-from shared import config
-from shared.protocol import Error, ErrorCode, Generate, Message, SamplingParams
-from worker.engine import Engine
-from worker.model import Model, ModelError
-from worker.speculative.adaptive import LookupController, ModelController, StepCosts
-from worker.speculative.loop import Tally
-from worker.speculative.setup import (
+from reame.shared import config
+from reame.shared.protocol import Error, ErrorCode, Generate, Message, SamplingParams
+from reame.worker.engine import Engine
+from reame.worker.model import Model, ModelError
+from reame.worker.speculative.adaptive import LookupController, ModelController, StepCosts
+from reame.worker.speculative.loop import Tally
+from reame.worker.speculative.setup import (
     LOOKUP,
     MODEL,
     OFF,

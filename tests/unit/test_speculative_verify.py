@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from worker.speculative.verify import draw, softmax, verify_general
+from reame.worker.speculative.verify import draw, softmax, verify_general
 
 N = 40_000
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import load
-from shared.lifecycle import EXIT_BOOT_FAILURE
-from supervisor.arbiter import child_specs, describe_exit, port_open
+from reame.shared.config import load
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE
+from reame.supervisor.arbiter import child_specs, describe_exit, port_open
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 15.0
@@ -26,8 +26,8 @@ TIMEOUT_S = 15.0
 # every child of its process), with the specs and grace period given as JSON.
 DRIVER = """
 import json, logging, sys
-from shared import logs
-from supervisor.arbiter import Arbiter, ChildSpec
+from reame.shared import logs
+from reame.supervisor.arbiter import Arbiter, ChildSpec
 specs, grace = json.loads(sys.argv[1])
 logs.setup("reame", "info")
 children = [ChildSpec(role, index, tuple(argv)) for role, index, argv in specs]
@@ -161,16 +161,18 @@ def test_child_command_lines(tmp_path: Path) -> None:
     conf.write_text("[workers]\ncount = 2\n")
     specs = child_specs(load(conf, environ={}), "/etc/reame.conf", python="/py")
     assert [(s.name, s.argv) for s in specs] == [
-        ("dispatcher", ("/py", "-m", "dispatcher", "--config", "/etc/reame.conf")),
-        ("cachekeeper", ("/py", "-m", "cachekeeper", "--config", "/etc/reame.conf")),
-        ("worker 0", ("/py", "-m", "worker", "--config", "/etc/reame.conf", "--index", "0")),
-        ("worker 1", ("/py", "-m", "worker", "--config", "/etc/reame.conf", "--index", "1")),
-        ("gateway", ("/py", "-m", "gateway", "--config", "/etc/reame.conf")),
+        ("dispatcher", ("/py", "-P", "-m", "reame.dispatcher", "--config", "/etc/reame.conf")),
+        ("cachekeeper", ("/py", "-P", "-m", "reame.cachekeeper", "--config", "/etc/reame.conf")),
+        ("worker 0", ("/py", "-P", "-m", "reame.worker", "--config", "/etc/reame.conf", "--index", "0")),
+        ("worker 1", ("/py", "-P", "-m", "reame.worker", "--config", "/etc/reame.conf", "--index", "1")),
+        ("gateway", ("/py", "-P", "-m", "reame.gateway", "--config", "/etc/reame.conf")),
     ]
     no_file = child_specs(load(None, environ={"REAME_WORKERS_COUNT": "1"}), None, python="/py")
     assert [s.argv for s in no_file] == [
-        ("/py", "-m", "dispatcher"), ("/py", "-m", "cachekeeper"), ("/py", "-m", "worker", "--index", "0"),
-        ("/py", "-m", "gateway"),
+        ("/py", "-P", "-m", "reame.dispatcher"),
+        ("/py", "-P", "-m", "reame.cachekeeper"),
+        ("/py", "-P", "-m", "reame.worker", "--index", "0"),
+        ("/py", "-P", "-m", "reame.gateway"),
     ]
     no_cache = load(None, environ={"REAME_WORKERS_COUNT": "1", "REAME_CACHE_ENABLED": "false"})
     assert [s.name for s in child_specs(no_cache, None, python="/py")] == ["dispatcher", "worker 0", "gateway"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.backoff import INITIAL_DELAY_S, MAX_DELAY_S, RESET_AFTER_S, Backoff
+from reame.supervisor.backoff import INITIAL_DELAY_S, MAX_DELAY_S, RESET_AFTER_S, Backoff
 
 
 def test_delay_doubles_from_half_a_second_up_to_thirty() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import CONFIG_PATH_ENV
-from supervisor import cli
+from reame.shared.config import CONFIG_PATH_ENV
+from reame.supervisor import cli
 
 
 @pytest.fixture(autouse=True)
@@ -34,13 +34,13 @@ def fake_main(monkeypatch: pytest.MonkeyPatch, module: str, calls: list[list[str
 @pytest.mark.parametrize(
     ("argv", "module", "expected"),
     [
-        (["dispatcher"], "dispatcher.main", []),
-        (["dispatcher", "--config", "a.conf"], "dispatcher.main", ["--config", "a.conf"]),
-        (["worker", "--index", "3"], "worker.main", ["--index", "3"]),
-        (["worker", "--config", "a.conf", "--index", "0"], "worker.main", ["--config", "a.conf", "--index", "0"]),
-        (["gateway", "--config", "a.conf"], "gateway.main", ["--config", "a.conf"]),
-        (["cachekeeper"], "cachekeeper.main", []),
-        (["cachekeeper", "--config", "a.conf"], "cachekeeper.main", ["--config", "a.conf"]),
+        (["dispatcher"], "reame.dispatcher.main", []),
+        (["dispatcher", "--config", "a.conf"], "reame.dispatcher.main", ["--config", "a.conf"]),
+        (["worker", "--index", "3"], "reame.worker.main", ["--index", "3"]),
+        (["worker", "--config", "a.conf", "--index", "0"], "reame.worker.main", ["--config", "a.conf", "--index", "0"]),
+        (["gateway", "--config", "a.conf"], "reame.gateway.main", ["--config", "a.conf"]),
+        (["cachekeeper"], "reame.cachekeeper.main", []),
+        (["cachekeeper", "--config", "a.conf"], "reame.cachekeeper.main", ["--config", "a.conf"]),
     ],
 )
 def test_process_subcommands_call_the_process_main(
@@ -54,7 +54,7 @@ def test_process_subcommands_call_the_process_main(
 
 def test_config_file_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
-    fake_main(monkeypatch, "gateway.main", calls)
+    fake_main(monkeypatch, "reame.gateway.main", calls)
     monkeypatch.setenv(CONFIG_PATH_ENV, "/etc/reame.conf")
     cli.main(["gateway"])
     assert calls == [["--config", "/etc/reame.conf"]]

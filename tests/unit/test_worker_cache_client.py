@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import zmq
 
-from cachekeeper.entry import CorruptEntry, EntryHeader, decode_header, encode_payload
-from shared import protocol as p
-from shared.prefix import block_hashes
-from worker.cache_client import CacheClient
+from reame.cachekeeper.entry import CorruptEntry, EntryHeader, decode_header, encode_payload
+from reame.shared import protocol as p
+from reame.shared.prefix import block_hashes
+from reame.worker.cache_client import CacheClient
 
 FINGERPRINT = bytes(range(32))
 TOKENS = list(range(1000, 1040))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cachekeeper.entry import EntryHeader, encode_payload
-from worker.cache_policy import entry_problem, lookup_worthwhile, restore_length, should_save
-from worker.kv import MIN_FRESH
+from reame.cachekeeper.entry import EntryHeader, encode_payload
+from reame.worker.cache_policy import entry_problem, lookup_worthwhile, restore_length, should_save
+from reame.worker.kv import MIN_FRESH
 
 FINGERPRINT = bytes(range(32))
 

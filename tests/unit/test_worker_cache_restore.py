@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 import zmq
 
-from cachekeeper.entry import CorruptEntry, EntryHeader, encode_payload
-from cachekeeper.store import Refusal, Store
-from shared import protocol as p
-from shared.config import load
-from shared.model_file import ModelFileError, model_path
-from worker.cache_client import CacheClient
-from worker.engine import Engine
-from worker.fingerprint import model_fingerprint
-from worker.model import Model, ModelError
-from worker.prefix_cache import PrefixCache
+from reame.cachekeeper.entry import CorruptEntry, EntryHeader, encode_payload
+from reame.cachekeeper.store import Refusal, Store
+from reame.shared import protocol as p
+from reame.shared.config import load
+from reame.shared.model_file import ModelFileError, model_path
+from reame.worker.cache_client import CacheClient
+from reame.worker.engine import Engine
+from reame.worker.fingerprint import model_fingerprint
+from reame.worker.model import Model, ModelError
+from reame.worker.prefix_cache import PrefixCache
 
 pytestmark = pytest.mark.integration
 

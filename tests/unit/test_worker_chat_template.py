@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.protocol import ChatMessage
-from worker.chat_template import ChatTemplate, ChatTemplateError
+from reame.shared.protocol import ChatMessage
+from reame.worker.chat_template import ChatTemplate, ChatTemplateError
 
 # SmolLM2's template, as stored in the default model's GGUF metadata.
 CHATML = (

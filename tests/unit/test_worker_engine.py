@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from shared.config import load
-from shared.model_file import ModelFileError, model_path
-from shared.protocol import (
+from reame.shared.config import load
+from reame.shared.model_file import ModelFileError, model_path
+from reame.shared.protocol import (
     ChatMessage,
     Delta,
     Done,
@@ -27,9 +27,9 @@ from shared.protocol import (
     Message,
     SamplingParams,
 )
-from worker.engine import Engine
-from worker.kv import MIN_FRESH
-from worker.model import DecodeError, Model
+from reame.worker.engine import Engine
+from reame.worker.kv import MIN_FRESH
+from reame.worker.model import DecodeError, Model
 
 pytestmark = pytest.mark.integration
 

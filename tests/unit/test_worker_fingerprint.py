@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.fingerprint import HEAD_BYTES, SAMPLE_BYTES, SAMPLES, model_fingerprint, sample_offsets, short
+from reame.worker.fingerprint import HEAD_BYTES, SAMPLE_BYTES, SAMPLES, model_fingerprint, sample_offsets, short
 
 
 @pytest.fixture

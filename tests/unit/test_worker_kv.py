@@ -7,8 +7,8 @@ from typing import cast
 
 import pytest
 
-from worker.kv import MIN_FRESH, KvCache, common_prefix, prefill_chunks, reusable
-from worker.model import DecodeError, Model
+from reame.worker.kv import MIN_FRESH, KvCache, common_prefix, prefill_chunks, reusable
+from reame.worker.model import DecodeError, Model
 
 
 class FakeModel:

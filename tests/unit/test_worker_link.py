@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from shared import protocol as p
-from worker.link import Link
+from reame.shared import protocol as p
+from reame.worker.link import Link
 
 HELLO = p.Ready(worker_id="w0-1", pid=1, model="m", n_ctx=128)
 WAIT_S = 5.0  # upper bound for anything to arrive; tests never sleep for it

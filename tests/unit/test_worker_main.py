@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
-from worker.main import index_argument, main, memory_summary
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
+from reame.worker.main import index_argument, main, memory_summary
 
 
 @pytest.fixture(autouse=True)
 def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep main() from replacing the test run's log handlers and signal handlers."""
-    monkeypatch.setattr("shared.logs.setup", lambda process, level: None)
+    monkeypatch.setattr("reame.shared.logs.setup", lambda process, level: None)
     monkeypatch.setattr(StopFlag, "install", lambda self: None)
     for name in list(os.environ):
         if name.startswith("REAME_"):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from shared.protocol import Delta, FinishReason, Message
-from worker.output import Output
-from worker.stops import TextStream
+from reame.shared.protocol import Delta, FinishReason, Message
+from reame.worker.output import Output
+from reame.worker.stops import TextStream
 
 EOG = 0
 PIECES = {1: b"Hel", 2: b"lo", 3: b" wor", 4: b"ld", 5: b"\xf0\x9f", 6: b"\x99\x82"}

@@ -7,12 +7,12 @@ from typing import cast
 
 import pytest
 
-from cachekeeper.entry import EntryHeader, encode_payload
+from reame.cachekeeper.entry import EntryHeader, encode_payload
+from reame.worker.cache_client import Fetched
+from reame.worker.kv import MIN_FRESH, KvCache
+from reame.worker.model import Model
+from reame.worker.prefix_cache import PrefixCache, Restored
 from tests.unit.test_worker_kv import FakeModel
-from worker.cache_client import Fetched
-from worker.kv import MIN_FRESH, KvCache
-from worker.model import Model
-from worker.prefix_cache import PrefixCache, Restored
 
 FINGERPRINT = b"f" * 32
 BLOCK = 4

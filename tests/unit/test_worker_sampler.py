@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.protocol import SamplingParams
-from worker.sampler import RANDOM_SEED, Sampler, SamplingError, Stage, penalty_window, plan, seed_value
+from reame.shared.protocol import SamplingParams
+from reame.worker.sampler import RANDOM_SEED, Sampler, SamplingError, Stage, penalty_window, plan, seed_value
 
 N_VOCAB = 1000
 N_CTX = 512

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.stops import TextStream
+from reame.worker.stops import TextStream
 
 
 def run(pieces: Iterable[bytes], stops: Iterable[str] = ()) -> tuple[list[str], TextStream]:

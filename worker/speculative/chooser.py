@@ -20,9 +20,9 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from shared.protocol import SamplingParams
-from worker.sampler import make_stage, penalty_window, plan, seed_value
-from worker.speculative.verify import draw, softmax
+from reame.shared.protocol import SamplingParams
+from reame.worker.sampler import make_stage, penalty_window, plan, seed_value
+from reame.worker.speculative.verify import draw, softmax
 
 # llama_token_data: {int32 id; float logit; float p}
 TOKEN_DATA: Final = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])

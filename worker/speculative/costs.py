@@ -13,8 +13,8 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from worker.kv import KvCache
-from worker.speculative.adaptive import StepCosts
+from reame.worker.kv import KvCache
+from reame.worker.speculative.adaptive import StepCosts
 
 CONTEXT: Final = 32  # tokens before the measured batches: attention over something
 ROUNDS: Final = 3

@@ -14,9 +14,9 @@ from typing import Final, Protocol
 
 import numpy as np
 
-from worker.kv import common_prefix, prefill_chunks
-from worker.speculative.loop import Evaluator
-from worker.speculative.ngram import NO_GUESS
+from reame.worker.kv import common_prefix, prefill_chunks
+from reame.worker.speculative.loop import Evaluator
+from reame.worker.speculative.ngram import NO_GUESS
 
 VOCAB_SAMPLES: Final = 1024  # token texts compared between target and draft at start-up
 

@@ -30,7 +30,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from worker.output import Output
+from reame.worker.output import Output
 
 Logits = npt.NDArray[np.float32]
 

@@ -11,20 +11,20 @@ import logging
 from pathlib import Path
 from typing import Final
 
-from shared.config import Config
-from worker.kv import KvCache
-from worker.model import Model, ModelError
-from worker.speculative import costs
-from worker.speculative.adaptive import (
+from reame.shared.config import Config
+from reame.worker.kv import KvCache
+from reame.worker.model import Model, ModelError
+from reame.worker.speculative import costs
+from reame.worker.speculative.adaptive import (
     DEFAULT_COSTS,
     LookupController,
     ModelController,
     StepCosts,
     model_can_pay,
 )
-from worker.speculative.draft_model import ModelDrafter, vocabulary_problem
-from worker.speculative.loop import Controller, Drafter, Tally
-from worker.speculative.ngram import LookupDrafter
+from reame.worker.speculative.draft_model import ModelDrafter, vocabulary_problem
+from reame.worker.speculative.loop import Controller, Drafter, Tally
+from reame.worker.speculative.ngram import LookupDrafter
 
 log = logging.getLogger(__name__)
 
