@@ -1,0 +1,83 @@
+"""Name the text a request starts with, so the dispatcher can send it where that text already is.
+
+A worker keeps the KV state of the last prompt it read, so a request that starts
+like that prompt is read only from where the two part (worker.kv). The dispatcher
+does not tokenize, so it names prompts by their text: each message (its role, then
+its content) or raw prompt is cut into pieces at paragraph breaks, or every
+PIECE_CHARS characters within a long paragraph, and the pieces' hashes are chained
+as in shared/prefix.py. Two prompts that share their first k pieces share their
+first k links, whatever follows, and a link's ``chars`` says how much text it stands
+for, which is what its recomputation would cost.
+
+Token blocks would name prefixes exactly, but the dispatcher would have to hold the
+vocabulary and tokenize every prompt in its one loop; paragraphs are what documents
+share, and a question appended to a document starts a new paragraph or message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from typing import Final, NamedTuple
+
+from reame.shared import protocol as p
+
+PIECE_CHARS: Final = 1024  # a long paragraph is cut here, so a shared part of it still counts
+_DIGEST_BYTES: Final = 8  # compared, not trusted: only routing depends on it
+_PERSON: Final = b"reame-affinity"
+
+
+class Link(NamedTuple):
+    digest: bytes  # stands for every piece up to and including this one
+    chars: int  # characters up to the end of this piece
+
+
+Chain = tuple[Link, ...]
+
+
+def chain(generate: p.Generate) -> Chain:
+    """Return the chain of links naming ``generate``'s prompt, piece by piece."""
+    links: list[Link] = []
+    digest = hashlib.blake2b(b"", digest_size=_DIGEST_BYTES, person=_PERSON).digest()
+    chars = 0
+    for piece in _pieces(generate):
+        digest = hashlib.blake2b(
+            digest + piece.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES, person=_PERSON
+        ).digest()
+        chars += len(piece)
+        links.append(Link(digest, chars))
+    return tuple(links)
+
+
+def shared_chars(a: Sequence[Link], b: Sequence[Link]) -> int:
+    """Return how many characters the two chains share from their start (whole pieces only)."""
+    low, high = 0, min(len(a), len(b))
+    # Links chain their predecessors, so equality at i implies equality before i:
+    # the shared length can be found by bisection.
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[middle - 1].digest == b[middle - 1].digest:
+            low = middle
+        else:
+            high = middle - 1
+    return a[low - 1].chars if low else 0
+
+
+def _pieces(generate: p.Generate) -> Iterator[str]:
+    if generate.messages is not None:
+        for message in generate.messages:
+            yield f"\x00{message.role}\x00{message.name or ''}\x00"
+            yield from _split(message.content)
+    elif generate.prompt is not None:
+        yield "\x00prompt\x00"
+        yield from _split(generate.prompt)
+
+
+def _split(text: str) -> Iterator[str]:
+    """Yield ``text`` in pieces that end after a blank line, or after PIECE_CHARS characters."""
+    start = 0
+    while start < len(text):
+        cut = text.find("\n\n", start, start + PIECE_CHARS)
+        end = cut + 2 if cut >= 0 else min(start + PIECE_CHARS, len(text))
+        yield text[start:end]
+        start = end

@@ -1,0 +1,151 @@
+"""Prefix affinity: requests go where their document already is, and wait for it within reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from reame.dispatcher import affinity
+from reame.dispatcher.scheduler import (
+    AFFINITY_SLACK,
+    DEFAULT_PREFILL_CHARS_PER_S,
+    MIN_SHARE_CHARS,
+    Dest,
+    Scheduler,
+    Send,
+)
+from reame.shared import protocol as p
+
+T0 = 1000.0
+GW = b"gw"
+W1 = b"w-1"
+W2 = b"w-2"
+DOC = "".join(f"Paragraph {i}: the lighthouse keeper climbs {i} stairs every evening.\n\n" for i in range(80))
+OTHER_DOC = DOC.replace("lighthouse", "windmill")
+
+
+def ask(request_id: str, document: str, question: str) -> p.Generate:
+    messages = [p.ChatMessage("system", document), p.ChatMessage("user", question)]
+    return p.Generate(request_id=request_id, sampling=p.SamplingParams(), deadline=T0 + 10_000, messages=messages)
+
+
+def done(request_id: str) -> p.Done:
+    return p.Done(request_id=request_id, finish_reason=p.FinishReason.STOP, prompt_tokens=1, completion_tokens=1)
+
+
+def sent_to(sends: list[Send]) -> dict[str, bytes]:
+    """Map request id -> worker for every Generate sent."""
+    return {s.message.request_id: s.identity for s in sends
+            if s.dest is Dest.WORKER and isinstance(s.message, p.Generate)}
+
+
+@pytest.fixture
+def sched() -> Scheduler:
+    scheduler = Scheduler(queue_size=8, now=T0, interval=1e6)  # no worker falls silent here
+    for identity in (W1, W2):
+        scheduler.worker_message(identity, p.Ready(worker_id=identity.decode(), pid=1, model="m", n_ctx=4096), T0)
+    return scheduler
+
+
+# -- naming prompts ----------------------------------------------------------------
+
+
+def test_prompts_about_one_document_share_its_text() -> None:
+    first, second = affinity.chain(ask("a", DOC, "Q1?")), affinity.chain(ask("b", DOC, "Q2?"))
+    assert affinity.shared_chars(first, second) >= len(DOC)
+    assert affinity.shared_chars(first, second) < first[-1].chars
+    assert affinity.shared_chars(first, affinity.chain(ask("c", OTHER_DOC, "Q1?"))) < 100
+
+
+def test_a_long_paragraph_shares_its_whole_pieces() -> None:
+    text = "x" * (5 * affinity.PIECE_CHARS)
+    one = affinity.chain(p.Generate("a", p.SamplingParams(), T0, prompt=text + " one"))
+    two = affinity.chain(p.Generate("b", p.SamplingParams(), T0, prompt=text + " two"))
+    assert affinity.shared_chars(one, two) >= 4 * affinity.PIECE_CHARS
+
+
+def test_roles_are_part_of_the_name() -> None:
+    system = p.Generate("a", p.SamplingParams(), T0, messages=[p.ChatMessage("system", DOC)])
+    user = p.Generate("b", p.SamplingParams(), T0, messages=[p.ChatMessage("user", DOC)])
+    assert affinity.shared_chars(affinity.chain(system), affinity.chain(user)) == 0
+    assert affinity.shared_chars((), affinity.chain(user)) == 0
+
+
+# -- routing -----------------------------------------------------------------------
+
+
+def test_a_second_question_goes_to_the_worker_that_read_the_document(sched: Scheduler) -> None:
+    assert sent_to(sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)) == {"r1": W1}
+    sched.worker_message(W1, done("r1"), T0 + 1)
+    # W2 has been idle longer, but W1 holds the document.
+    assert sent_to(sched.client_message(GW, ask("r2", DOC, "Q2?"), T0 + 1)) == {"r2": W1}
+    assert sched.affinity_hits == 1
+
+
+def test_another_document_goes_to_the_longest_idle_worker(sched: Scheduler) -> None:
+    sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)
+    sched.worker_message(W1, done("r1"), T0 + 1)
+    assert sent_to(sched.client_message(GW, ask("r2", OTHER_DOC, "Q1?"), T0 + 1)) == {"r2": W2}
+
+
+def test_questions_arriving_together_wait_for_the_one_reading_the_document(sched: Scheduler) -> None:
+    assert sent_to(sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)) == {"r1": W1}
+    # W2 is idle, but reading the document again would cost more than waiting for W1.
+    assert sched.client_message(GW, ask("r2", DOC, "Q2?"), T0 + 0.1) == []
+    assert sched.client_message(GW, ask("r3", DOC, "Q3?"), T0 + 0.2) == []
+    assert sched.status().queued == 2 and sched.affinity_waits == 2
+    assert sent_to(sched.worker_message(W1, done("r1"), T0 + 5)) == {"r2": W1}
+    assert sent_to(sched.worker_message(W1, done("r2"), T0 + 5.5)) == {"r3": W1}
+
+
+def test_a_wait_lasts_no_longer_than_reading_the_text_again(sched: Scheduler) -> None:
+    sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)
+    assert sched.client_message(GW, ask("r2", DOC, "Q2?"), T0) == []
+    bound = AFFINITY_SLACK * len(DOC) / DEFAULT_PREFILL_CHARS_PER_S
+    assert sent_to(sched.purge_expired(T0 + bound * 0.9)) == {}
+    assert sent_to(sched.purge_expired(T0 + bound * 1.1)) == {"r2": W2}
+
+
+def test_the_wait_follows_the_observed_prefill_speed(sched: Scheduler) -> None:
+    sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)
+    slow = len(DOC) / (DEFAULT_PREFILL_CHARS_PER_S / 10)  # a tenth of the assumed speed
+    sched.worker_message(W1, p.Delta(request_id="r1", text="x", tokens=1), T0 + slow)
+    sched.worker_message(W1, done("r1"), T0 + slow)
+    sched.client_message(GW, ask("r2", OTHER_DOC, "Q1?"), T0 + slow)  # W2 reads the other document
+    now = T0 + slow
+    sched.client_message(GW, ask("r3", OTHER_DOC, "Q2?"), now)  # waits for W2
+    default_bound = AFFINITY_SLACK * len(OTHER_DOC) / DEFAULT_PREFILL_CHARS_PER_S
+    assert sent_to(sched.purge_expired(now + default_bound * 2)) == {}
+    assert sent_to(sched.purge_expired(now + default_bound * 30)) == {"r3": W1}
+
+
+def test_little_shared_text_is_not_worth_waiting_for(sched: Scheduler) -> None:
+    short = "A short preamble.\n\n"
+    assert len(short) < MIN_SHARE_CHARS
+    sched.client_message(GW, ask("r1", short, "Q1?"), T0)
+    assert sent_to(sched.client_message(GW, ask("r2", short, "Q2?"), T0)) == {"r2": W2}
+
+
+def test_a_worker_that_failed_holds_nothing(sched: Scheduler) -> None:
+    sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)
+    failed = p.Error(request_id="r1", code=p.ErrorCode.CANCELLED, message="cancelled")
+    sched.worker_message(W1, failed, T0 + 1)
+    sched.client_message(GW, ask("r2", OTHER_DOC, "Q1?"), T0 + 1)  # W2 busy with the other document
+    sched.worker_message(W2, done("r2"), T0 + 2)
+    # Neither holds DOC now: the longest idle worker takes it.
+    assert sent_to(sched.client_message(GW, ask("r3", DOC, "Q2?"), T0 + 2)) == {"r3": W1}
+
+
+def test_a_full_queue_sends_the_request_to_an_idle_worker_at_once() -> None:
+    sched = Scheduler(queue_size=0, now=T0, interval=1e6)
+    for identity in (W1, W2):
+        sched.worker_message(identity, p.Ready(worker_id="w", pid=1, model="m", n_ctx=4096), T0)
+    sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)
+    assert sent_to(sched.client_message(GW, ask("r2", DOC, "Q2?"), T0)) == {"r2": W2}
+
+
+def test_a_lost_holder_ends_the_wait(sched: Scheduler) -> None:
+    sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)
+    assert sched.client_message(GW, ask("r2", DOC, "Q2?"), T0) == []
+    sends = sched.worker_message(W1, p.Disconnect(), T0 + 1)
+    # r1 goes back to the queue and r2 waits no more: W2 takes one of them now.
+    assert list(sent_to(sends).values()) == [W2]
