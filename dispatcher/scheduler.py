@@ -52,9 +52,9 @@ MIN_SHARE_CHARS: Final = 1024
 # waiting for it is worth up to this many times the reading it saves.
 AFFINITY_SLACK: Final = 2.0
 MAX_AFFINITY_WAIT_S: Final = 60.0
-# Prefill speed, in characters a second, until one is observed: about 100 tokens/s, a
-# 1.5B model on two cores; the 135M default model is faster, so this errs on waiting less.
-DEFAULT_PREFILL_CHARS_PER_S: Final = 400.0
+# Prefill speed, in characters a second, until one is observed: about 50 tokens/s, a 1.5B
+# model on a slow core. Erring slow makes the first waits long rather than in vain.
+DEFAULT_PREFILL_CHARS_PER_S: Final = 200.0
 RATE_MIN_CHARS: Final = 2048  # a shorter prefill says more about latency than about speed
 RATE_WEIGHT: Final = 0.3  # of a new observation in the running estimate
 
@@ -92,8 +92,6 @@ class _Request:
     chain: affinity.Chain = ()
     prefer: bytes | None = None  # the busy worker it waits for while queued
     prefer_until: float = 0.0
-    assigned_at: float = 0.0
-    fresh_chars: int = 0  # text its worker had to read at assignment
 
     @property
     def request_id(self) -> str:
@@ -123,7 +121,7 @@ class Scheduler:
         self._requests: dict[str, _Request] = {}
         self._queue: collections.OrderedDict[str, None] = collections.OrderedDict()  # FIFO
         self._heartbeat_at = now + interval
-        self._prefill_rate = DEFAULT_PREFILL_CHARS_PER_S
+        self._prefill_rate = DEFAULT_PREFILL_CHARS_PER_S  # characters a second, observed
         self._rate_observed = False
         self.affinity_hits = 0  # requests sent to a worker holding at least MIN_SHARE_CHARS of them
         self.affinity_waits = 0  # requests that waited for a busy worker holding their text
@@ -155,7 +153,7 @@ class Scheduler:
         if isinstance(message, p.Heartbeat):
             return []
         elif isinstance(message, p.Delta):
-            return self._on_delta(worker, message, now)
+            return self._on_delta(worker, message)
         elif isinstance(message, (p.Done, p.Error)):
             return self._on_end(worker, message, now)
         elif isinstance(message, p.Disconnect):
@@ -191,14 +189,12 @@ class Scheduler:
         sends.append(Send(Dest.WORKER, identity, p.Disconnect()))
         return sends
 
-    def _on_delta(self, worker: _Worker, delta: p.Delta, now: float) -> list[Send]:
+    def _on_delta(self, worker: _Worker, delta: p.Delta) -> list[Send]:
         request = self._requests.get(delta.request_id)
         if request is None or request.worker != worker.identity:
             log.debug("delta for unknown request %r from %s: cancelling it", delta.request_id, worker.name)
             return [Send(Dest.WORKER, worker.identity, p.Cancel(request_id=delta.request_id))]
-        if not request.started:
-            request.started = True
-            self._observe_prefill(request, now)
+        request.started = True
         return [Send(Dest.CLIENT, request.client, delta)]
 
     def _on_end(self, worker: _Worker, message: p.Done | p.Error, now: float) -> list[Send]:
@@ -207,10 +203,10 @@ class Scheduler:
             log.debug("dropped end of unknown request %r from %s", message.request_id, worker.name)
             return []
         del self._requests[request.request_id]
-        if not request.started:
-            self._observe_prefill(request, now)
         if isinstance(message, p.Error):
             worker.holds = ()  # it may have stopped anywhere in the prompt
+        else:
+            self._observe_prefill(request, message)
         worker.request_id = None
         self._idle[worker.identity] = None
         return [Send(Dest.CLIENT, request.client, message), *self._dispatch_queued(now)]
@@ -368,16 +364,21 @@ class Scheduler:
         request.worker = identity
         request.dispatches += 1
         request.prefer = None
-        request.assigned_at = now
-        request.fresh_chars = (request.chain[-1].chars if request.chain else 0) - shared
         return Send(Dest.WORKER, identity, request.generate)
 
-    def _observe_prefill(self, request: _Request, now: float) -> None:
-        """Learn the prefill rate from a request that read much text, timed to its first output."""
-        elapsed = now - request.assigned_at
-        if request.fresh_chars < RATE_MIN_CHARS or elapsed <= 0:
+    def _observe_prefill(self, request: _Request, done: p.Done) -> None:
+        """Learn the prefill rate from a request whose worker read much of its text.
+
+        The worker's own figures count what it read, not what it restored from the
+        store or kept in memory, and leave out the time the request spent queued.
+        """
+        read = done.prompt_tokens - done.cached_tokens
+        if not request.chain or done.prompt_tokens <= 0 or read <= 0 or done.prompt_ms <= 0:
             return
-        rate = request.fresh_chars / elapsed
+        fresh_chars = request.chain[-1].chars * read / done.prompt_tokens
+        if fresh_chars < RATE_MIN_CHARS:
+            return
+        rate = fresh_chars / (done.prompt_ms / 1000)
         weight = RATE_WEIGHT if self._rate_observed else 1.0
         self._prefill_rate += weight * (rate - self._prefill_rate)
         self._rate_observed = True

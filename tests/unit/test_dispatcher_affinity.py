@@ -8,6 +8,7 @@ from reame.dispatcher import affinity
 from reame.dispatcher.scheduler import (
     AFFINITY_SLACK,
     DEFAULT_PREFILL_CHARS_PER_S,
+    MAX_AFFINITY_WAIT_S,
     MIN_SHARE_CHARS,
     Dest,
     Scheduler,
@@ -108,14 +109,27 @@ def test_a_wait_lasts_no_longer_than_reading_the_text_again(sched: Scheduler) ->
 def test_the_wait_follows_the_observed_prefill_speed(sched: Scheduler) -> None:
     sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)
     slow = len(DOC) / (DEFAULT_PREFILL_CHARS_PER_S / 10)  # a tenth of the assumed speed
-    sched.worker_message(W1, p.Delta(request_id="r1", text="x", tokens=1), T0 + slow)
-    sched.worker_message(W1, done("r1"), T0 + slow)
+    read = p.Done(request_id="r1", finish_reason=p.FinishReason.STOP, prompt_tokens=1000, completion_tokens=1,
+                  prompt_ms=slow * 1000)
+    sched.worker_message(W1, read, T0 + slow)
     sched.client_message(GW, ask("r2", OTHER_DOC, "Q1?"), T0 + slow)  # W2 reads the other document
     now = T0 + slow
     sched.client_message(GW, ask("r3", OTHER_DOC, "Q2?"), now)  # waits for W2
     default_bound = AFFINITY_SLACK * len(OTHER_DOC) / DEFAULT_PREFILL_CHARS_PER_S
-    assert sent_to(sched.purge_expired(now + default_bound * 2)) == {}
-    assert sent_to(sched.purge_expired(now + default_bound * 30)) == {"r3": W1}
+    assert default_bound * 1.1 < MAX_AFFINITY_WAIT_S
+    assert sent_to(sched.purge_expired(now + default_bound * 1.1)) == {}
+    assert sent_to(sched.purge_expired(now + MAX_AFFINITY_WAIT_S + 1)) == {"r3": W1}
+
+
+def test_a_restored_prompt_says_nothing_of_the_prefill_speed(sched: Scheduler) -> None:
+    sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)
+    restored = p.Done(request_id="r1", finish_reason=p.FinishReason.STOP, prompt_tokens=1000, completion_tokens=1,
+                      cached_tokens=998, prompt_ms=1.0)
+    sched.worker_message(W1, restored, T0 + 1)
+    sched.client_message(GW, ask("r2", OTHER_DOC, "Q1?"), T0 + 1)
+    assert sched.client_message(GW, ask("r3", OTHER_DOC, "Q2?"), T0 + 1) == []
+    default_bound = AFFINITY_SLACK * len(OTHER_DOC) / DEFAULT_PREFILL_CHARS_PER_S
+    assert sent_to(sched.purge_expired(T0 + 1 + default_bound * 0.9)) == {}
 
 
 def test_little_shared_text_is_not_worth_waiting_for(sched: Scheduler) -> None:
