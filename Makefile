@@ -31,5 +31,6 @@ check:
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# Only the tests that need no model (the fast loop while editing).
 unit:
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -m "not integration"

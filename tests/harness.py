@@ -17,6 +17,8 @@ from typing import Any
 
 import openai
 
+from tests.waiting import PATIENCE_S, wait_for
+
 READY_TIMEOUT_S = 120.0
 
 
@@ -187,3 +189,27 @@ def start_server(tmp: Path, workers: int = 2, **overrides: str) -> Server:
         server.stop()
         raise
     return server
+
+
+def cache_stats(server: Server) -> dict[str, Any]:
+    """`reame cache stats --json` against the server's cache directory."""
+    env = {**os.environ, "REAME_SERVER_PORT": str(server.port), "REAME_SERVER_RUN_DIR": str(server.run_dir),
+           "REAME_CACHE_DIR": str(server.cache_dir)}
+    result = subprocess.run(
+        [sys.executable, "-P", "-m", "reame.supervisor", "cache", "stats", "--json"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    stats: dict[str, Any] = json.loads(result.stdout)
+    return stats
+
+
+def wait_for_entries(server: Server, count: int, timeout: float = PATIENCE_S) -> dict[str, Any]:
+    """Wait until the server's cache holds ``count`` entries (they are stored after the reply)."""
+    last: dict[str, Any] = {}
+
+    def stored() -> dict[str, Any] | None:
+        last.update(cache_stats(server))
+        return last if last["entries"] >= count else None
+
+    return wait_for(stored, timeout, interval=0.2, message=f"fewer than {count} cache entries: {last}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -10,11 +9,10 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.harness import Server, cmdline, start_server
+from tests.harness import Server, cache_stats, cmdline, start_server, wait_for_entries
 
 pytestmark = pytest.mark.integration
 
@@ -55,28 +53,6 @@ def ask(server: Server, question: str, cache: bool = True) -> tuple[str, int, in
     return body["choices"][0]["message"]["content"], usage["prompt_tokens"], usage["prompt_tokens_details"][
         "cached_tokens"
     ]
-
-
-def cache_stats(server: Server) -> dict[str, Any]:
-    env = {**os.environ, "REAME_SERVER_PORT": str(server.port), "REAME_SERVER_RUN_DIR": str(server.run_dir),
-           "REAME_CACHE_DIR": str(server.cache_dir)}
-    result = subprocess.run(
-        [sys.executable, "-P", "-m", "reame.supervisor", "cache", "stats", "--json"],
-        capture_output=True, text=True, timeout=60, env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    stats: dict[str, Any] = json.loads(result.stdout)
-    return stats
-
-
-def wait_for_entries(server: Server, count: int, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    stats = cache_stats(server)
-    while stats["entries"] < count and time.monotonic() < deadline:
-        time.sleep(0.2)
-        stats = cache_stats(server)
-    assert stats["entries"] >= count, stats
-    return stats
 
 
 def entry_files(server: Server) -> list[Path]:

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import Server, start_server
-from tests.integration.test_cache import wait_for_entries
+from tests.harness import Server, start_server, wait_for_entries
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,8 @@
-"""Compression in the gateway: the reame.compress switch, the tokenizer, usage, the saving counter, the CLI."""
+"""Compression in the gateway: the reame.compress switch, usage, the saving counter, the CLI.
+
+No vocabulary is loaded here (counts are estimates); what needs the model's own
+tokenizer is in tests/integration/test_compress_tokenizer.py.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,26 @@ import io
 import json
 import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import falcon.testing
 import pytest
-import zmq
 
 from reame.gateway.app import create_app
 from reame.gateway.client import Dispatcher
 from reame.gateway.compress.messages import Result
-from reame.gateway.compression import Compressor, Savings
+from reame.gateway.compression import Savings
 from reame.gateway.errors import APIError
 from reame.gateway.tokenizer import Tokenizer, TokenizerError
 from reame.gateway.validation import parse_chat, parse_completion, parse_warm
 from reame.shared import config, protocol
-from reame.shared.model_file import model_path
 from reame.supervisor import cli
-from tests.unit.test_gateway_app import FakeDispatcher
+from tests.unit.fakes import FakeDispatcher
 
 DEFAULTS = config.load(environ={}).sampling
+# A model file that does not exist: the gateway then estimates token counts.
+NO_VOCABULARY = {"REAME_MODEL_PATH": "/nonexistent/reame-unit-tests.gguf"}
 FILLER = "We love our wonderful customers and our friendly team is simply the best in town!"
 DOCUMENT = "## Prices\n\nEach loaf costs £3.10. " + FILLER + "\n\nWe do not deliver on Sundays. " + FILLER
 
@@ -66,20 +69,6 @@ def test_a_warm_request_takes_only_compress() -> None:
 
 # ---- the tokenizer ---------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    loaded = Tokenizer(model_path(config.load(environ={})))
-    loaded.load()
-    return loaded
-
-
-def test_the_vocabulary_counts_tokens_like_the_model(tokenizer: Tokenizer) -> None:
-    assert tokenizer.count("") == 0
-    assert tokenizer.count("Hello world") == 2  # SmolLM2's BPE: "Hello", " world"
-    assert tokenizer.count("<|im_start|>") == 1  # special tokens are parsed, as the worker does
-    assert 0 < tokenizer.count(DOCUMENT) < len(DOCUMENT)
-
-
 def test_without_a_vocabulary_counts_are_estimates(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     assert Tokenizer(None).count("12345678") == 2
     missing = Tokenizer(tmp_path / "missing.gguf")
@@ -100,50 +89,12 @@ def test_the_saving_counter_adds_up_compressed_requests() -> None:
     assert (savings.snapshot().compressed, savings.snapshot().saved_tokens) == (2, 42)
 
 
-def test_the_compressor_uses_the_configured_mode_unless_asked(tokenizer: Tokenizer) -> None:
-    cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_COMPRESS_MODE": "off"})
-    savings = Savings()
-    compressor = Compressor(cfg, tokenizer, savings)
-    messages = [protocol.ChatMessage("system", DOCUMENT)]
-    assert compressor.messages(messages, None).messages == messages
-    result = compressor.messages(messages, "facts")
-    assert result.messages is not None and FILLER not in result.messages[0].content
-    assert result.saved_tokens == tokenizer.count(DOCUMENT) - tokenizer.count(result.messages[0].content)
-    assert savings.snapshot().saved_tokens == result.saved_tokens
-
-
 # ---- through the app, against a fake dispatcher ---------------------------------------
 
 @pytest.fixture
-def fake() -> Iterator[FakeDispatcher]:
-    context: zmq.Context[Any] = zmq.Context()
-    dispatcher = FakeDispatcher(context)
-    yield dispatcher
-    dispatcher.stop()
-    context.destroy(linger=0)
-
-
-@pytest.fixture
 def client(fake: FakeDispatcher) -> falcon.testing.TestClient:
-    cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_MODEL_ALIAS": "m"})
+    cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_MODEL_ALIAS": "m", **NO_VOCABULARY})
     return falcon.testing.TestClient(create_app(cfg, Dispatcher(fake.address, liveness_s=0.5, context=fake.context)))
-
-
-def test_a_chat_request_is_sent_compressed_and_reports_what_it_saved(
-    client: falcon.testing.TestClient, fake: FakeDispatcher, tokenizer: Tokenizer
-) -> None:
-    body = {"messages": [{"role": "system", "content": DOCUMENT}, {"role": "user", "content": "hello"}],
-            "reame": {"compress": "facts"}}
-    result = client.simulate_post("/v1/chat/completions", json=body)
-    assert result.status_code == 200, result.text
-    (sent,) = fake.generates()
-    assert sent.messages is not None
-    compressed = sent.messages[0].content
-    assert compressed == "## Prices\n\nEach loaf costs £3.10.\n\nWe do not deliver on Sundays."
-    saved = tokenizer.count(DOCUMENT) - tokenizer.count(compressed)
-    usage = result.json["usage"]
-    assert usage["prompt_tokens"] == 5  # what the (fake) worker read
-    assert usage["reame"]["uncompressed_prompt_tokens"] == 5 + saved
 
 
 def test_streamed_and_completion_usage_report_the_saving_too(
@@ -189,15 +140,6 @@ def document(tmp_path: Path) -> Path:
 def test_the_command_prints_the_compressed_text(document: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["compress", str(document), "--mode", "facts"]) == 0
     assert capsys.readouterr().out == "## Prices\n\nEach loaf costs £3.10.\n\nWe do not deliver on Sundays.\n"
-
-
-def test_the_command_prints_statistics(
-    document: Path, capsys: pytest.CaptureFixture[str], tokenizer: Tokenizer
-) -> None:
-    assert cli.main(["compress", str(document), "--mode", "facts", "--stats"]) == 0
-    stats = json.loads(capsys.readouterr().out)
-    assert stats["mode"] == "facts" and stats["tokens_before"] == tokenizer.count(DOCUMENT)
-    assert 0 < stats["tokens_after"] < stats["tokens_before"] and stats["seconds"] >= 0
 
 
 def test_the_command_reads_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

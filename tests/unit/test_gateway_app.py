@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 import time
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import falcon
@@ -25,120 +23,8 @@ from reame.gateway import resources
 from reame.gateway.app import create_app
 from reame.gateway.client import Dispatcher
 from reame.gateway.streams import SSEStream
-from reame.shared import config, protocol
-from reame.shared.protocol import Delta, Done, Error, ErrorCode, FinishReason, Heartbeat
-
-RETRY_AFTER = "7"
-MAX_BODY = 2048
-CONFIG = config.load(
-    environ={
-        "REAME_MODEL_ALIAS": "test-model",
-        "REAME_SERVER_RETRY_AFTER": RETRY_AFTER,
-        "REAME_SERVER_MAX_BODY_BYTES": str(MAX_BODY),
-    }
-)
-WAIT_S = 5.0  # upper bound for things that should happen at once
-
-
-class FakeDispatcher:
-    """A ROUTER socket that plays the dispatcher for the gateway's DEALERs."""
-
-    def __init__(self, context: zmq.Context[Any], workers: int = 1) -> None:
-        self.context = context
-        self.address = f"inproc://fake-dispatcher-{uuid.uuid4().hex}"
-        self.workers = workers
-        self.received: list[protocol.Message] = []
-        self.cancelled = threading.Event()
-        self._held: dict[str, bytes] = {}  # request id -> identity, heartbeated until cancelled
-        self._stop = threading.Event()
-        self._socket = context.socket(zmq.ROUTER)
-        self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.bind(self.address)
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(WAIT_S)
-        self._socket.close(linger=0)
-
-    def generates(self) -> list[protocol.Generate]:
-        return [m for m in self.received if isinstance(m, protocol.Generate)]
-
-    @staticmethod
-    def script(request: protocol.Generate) -> tuple[list[protocol.Message | bytes], bool]:
-        """Return the replies to send, and whether to hold the request open afterwards."""
-        rid = request.request_id
-        text = request.prompt if request.prompt is not None else (request.messages or [])[-1].content
-        done = Done(rid, FinishReason.STOP, prompt_tokens=5, completion_tokens=2, cached_tokens=1)
-        if text == "overloaded":
-            return [Error(rid, ErrorCode.OVERLOADED, "queue full")], False
-        if text == "too long":
-            return [Error(rid, ErrorCode.CONTEXT_LENGTH_EXCEEDED, "4097 tokens > 4096", "messages")], False
-        if text == "late error":
-            return [Delta(rid, "x", 1), Error(rid, ErrorCode.WORKER_LOST, "worker died")], False
-        if text == "hold":
-            return [Delta(rid, "tick", 1)], True
-        if text == "silent":
-            return [], False
-        if text == "queued":
-            return [Heartbeat(), b"not msgpack", Delta("someone-else", "?", 1), Heartbeat(),
-                    Delta(rid, "ok", 1), done], False
-        if text == "empty":
-            return [Done(rid, FinishReason.LENGTH, 3, 0)], False
-        if text.startswith("p"):  # completion prompts p0, p1...: answer naming the prompt
-            return [Delta(rid, f"<{text}>", 1), Done(rid, FinishReason.LENGTH, 1, 1)], False
-        return [Delta(rid, "Hel", 1), Delta(rid, "", 0), Delta(rid, "lo", 1), done], False
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            if not self._socket.poll(20):
-                for identity in self._held.values():
-                    self._socket.send_multipart([identity, protocol.encode(Heartbeat())])
-                continue
-            identity, payload = self._socket.recv_multipart()
-            message = protocol.decode(payload)
-            self.received.append(message)
-            if isinstance(message, protocol.Generate):
-                replies, hold = self.script(message)
-                for reply in replies:
-                    frame = reply if isinstance(reply, bytes) else protocol.encode(reply)
-                    self._socket.send_multipart([identity, frame])
-                if hold:
-                    self._held[message.request_id] = identity
-            elif isinstance(message, protocol.Cancel):
-                self._held.pop(message.request_id, None)
-                self.cancelled.set()
-            elif isinstance(message, protocol.StatusQuery):
-                status = protocol.Status(workers=self.workers, idle_workers=self.workers, queued=0, running=0)
-                self._socket.send_multipart([identity, protocol.encode(status)])
-
-
-@pytest.fixture
-def context() -> Iterator[zmq.Context[Any]]:
-    ctx: zmq.Context[Any] = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
-
-
-@pytest.fixture
-def fake(context: zmq.Context[Any]) -> Iterator[FakeDispatcher]:
-    dispatcher = FakeDispatcher(context)
-    yield dispatcher
-    dispatcher.stop()
-
-
-def make_app(fake: FakeDispatcher, liveness_s: float = 0.5) -> falcon.App[falcon.Request, falcon.Response]:
-    return create_app(CONFIG, Dispatcher(fake.address, liveness_s=liveness_s, context=fake.context))
-
-
-@pytest.fixture
-def client(fake: FakeDispatcher) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(make_app(fake))
-
-
-def chat_body(content: str = "hello", **fields: Any) -> dict[str, Any]:
-    return {"model": "whatever", "messages": [{"role": "user", "content": content}], **fields}
+from reame.shared import protocol
+from tests.unit.fakes import CONFIG, MAX_BODY, RETRY_AFTER, WAIT_S, FakeDispatcher, chat_body, make_app
 
 
 def events(text: str) -> list[Any]:

@@ -10,7 +10,7 @@ import zmq
 
 from reame.gateway.app import create_app
 from reame.gateway.client import Dispatcher
-from tests.unit.test_gateway_app import CONFIG, RETRY_AFTER, FakeDispatcher
+from tests.unit.fakes import CONFIG, RETRY_AFTER, FakeDispatcher
 
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx2")

@@ -9,7 +9,7 @@ import pytest
 from reame.worker.kv import KvCache
 from reame.worker.speculative.costs import CONTEXT, batch_sizes, measure, time_decodes
 from reame.worker.speculative.setup import LOOKUP, OFF, Speculation
-from tests.unit.test_speculative_loop import FakeKv, fake_model
+from tests.unit.fakes import FakeKv, fake_model
 
 
 @pytest.mark.parametrize(

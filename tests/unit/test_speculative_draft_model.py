@@ -8,7 +8,7 @@ import numpy as np
 
 from reame.worker.speculative.draft_model import ModelDrafter, vocabulary_problem
 from reame.worker.speculative.ngram import NO_GUESS
-from tests.unit.test_speculative_loop import FakeKv, fake_model
+from tests.unit.fakes import FakeKv, fake_model
 
 
 @dataclass

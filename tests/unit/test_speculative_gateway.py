@@ -10,7 +10,7 @@ import pytest
 from reame.gateway.errors import APIError
 from reame.gateway.validation import parse_chat, parse_completion
 from reame.shared.config import load
-from tests.unit.test_gateway_app import FakeDispatcher, chat_body, client, context, fake  # noqa: F401
+from tests.unit.fakes import FakeDispatcher, chat_body
 
 SAMPLING = load(None, environ={}).sampling
 
@@ -37,7 +37,7 @@ def test_a_bad_mode_is_a_400_naming_the_switch(value: Any) -> None:
 
 
 def test_the_mode_reaches_the_worker(
-    client: falcon.testing.TestClient, fake: FakeDispatcher  # noqa: F811
+    client: falcon.testing.TestClient, fake: FakeDispatcher
 ) -> None:
     result = client.simulate_post("/v1/chat/completions", json=chat_body(reame={"speculative": "lookup"}))
     assert result.status_code == 200

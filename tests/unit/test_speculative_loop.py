@@ -12,7 +12,6 @@ import random
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 
 from reame.shared.protocol import Delta, FinishReason, Message
@@ -23,69 +22,10 @@ from reame.worker.speculative.loop import Controller, Drafter, Tally, generate
 from reame.worker.speculative.ngram import LookupDrafter
 from reame.worker.speculative.verify import draw, softmax
 from reame.worker.stops import TextStream
+from tests.unit.fakes import ALPHABET, EOG, VOCAB, FakeKv, Logits, ModelFn, fake_model
 
-VOCAB = 12
-EOG = 11
-ALPHABET = "abcdefghij "  # token i prints as ALPHABET[i]; EOG prints nothing
-Logits = npt.NDArray[np.float32]
-ModelFn = Callable[[Sequence[int]], Logits]
 # Cheap batches, so that adaptive lookup drafts often: the loop is what is tested here.
 CHEAP = StepCosts.from_timings({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.3})
-
-
-def fake_model(seed: int = 0, copy_bias: float = 4.0, eog_bias: float = -3.0) -> ModelFn:
-    """Return deterministic logits of the next token given the whole history."""
-
-    def logits(history: Sequence[int]) -> Logits:
-        rng = np.random.default_rng([seed, *history[-2:]])
-        values = rng.normal(0.0, 2.0, VOCAB)
-        tail = tuple(history[-2:])
-        for i in range(len(history) - 3, 0, -1):  # the latest earlier occurrence of the tail
-            if tuple(history[i - 1 : i + 1]) == tail:
-                values[history[i + 1]] += copy_bias
-                break
-        values[EOG] += eog_bias
-        return values.astype(np.float32)
-
-    return logits
-
-
-class FakeKv:
-    """A KV cache over a fake model: rows of logits for the last batch, a token list."""
-
-    def __init__(self, model: ModelFn) -> None:
-        self.model = model
-        self._tokens: list[int] = []
-        self._rows: list[Logits] = []
-        self.decodes: list[int] = []  # batch sizes, in order
-
-    def __len__(self) -> int:
-        return len(self._tokens)
-
-    @property
-    def tokens(self) -> tuple[int, ...]:
-        return tuple(self._tokens)
-
-    def append(self, tokens: Sequence[int], logits_last: bool) -> None:
-        self._tokens.extend(tokens)
-        self.decodes.append(len(tokens))
-        self._rows = [self.model(self._tokens)] if logits_last else []
-
-    def evaluate(self, tokens: Sequence[int]) -> None:
-        start = len(self._tokens)
-        self._tokens.extend(tokens)
-        self.decodes.append(len(tokens))
-        self._rows = [self.model(self._tokens[: start + i + 1]) for i in range(len(tokens))]
-
-    def logits(self, index: int) -> Logits:
-        return self._rows[index]
-
-    def truncate(self, length: int) -> bool:
-        del self._tokens[length:]
-        return True
-
-    def reset(self) -> None:
-        self._tokens.clear()
 
 
 class GreedyChooser:

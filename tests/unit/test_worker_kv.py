@@ -2,54 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import cast
 
 import pytest
 
 from reame.worker.kv import MIN_FRESH, KvCache, common_prefix, prefill_chunks, reusable
 from reame.worker.model import DecodeError, Model
-
-
-class FakeModel:
-    """Records the calls KvCache makes; decode can be told to fail."""
-
-    def __init__(self, can_truncate: bool = True) -> None:
-        self.can_truncate = can_truncate
-        self.calls: list[tuple[object, ...]] = []
-        self.fail = False
-        self.held = 0  # positions in the fake KV cache
-
-    def decode(self, tokens: Sequence[int], start: int, logits_last: bool) -> None:
-        self.calls.append(("decode", tuple(tokens), start, logits_last))
-        if self.fail:
-            raise DecodeError("boom")
-        self.held = start + len(tokens)
-
-    def truncate(self, length: int) -> bool:
-        self.calls.append(("truncate", length))
-        if self.can_truncate:
-            self.held = min(self.held, length)
-        return self.can_truncate
-
-    def clear(self) -> None:
-        self.calls.append(("clear",))
-        self.held = 0
-
-    # A fake state is b"state:<positions>"; anything else is refused, as llama.cpp would.
-    def save_state(self) -> bytearray:
-        return bytearray(b"state:%d" % self.held)
-
-    def restore_state(self, state: bytes | bytearray) -> bool:
-        self.calls.append(("restore", bytes(state)))
-        if not state.startswith(b"state:"):
-            self.held = 3  # a failed restore may leave part of the state behind
-            return False
-        self.held = int(state[6:])
-        return True
-
-    def positions(self) -> int:
-        return self.held
+from tests.unit.fakes import FakeModel
 
 
 def kv_with(fake: FakeModel) -> KvCache:

@@ -12,7 +12,7 @@ from reame.worker.cache_client import Fetched
 from reame.worker.kv import MIN_FRESH, KvCache
 from reame.worker.model import Model
 from reame.worker.prefix_cache import PrefixCache, Restored
-from tests.unit.test_worker_kv import FakeModel
+from tests.unit.fakes import FakeModel
 
 FINGERPRINT = b"f" * 32
 BLOCK = 4

@@ -1,0 +1,100 @@
+"""Compression counted with the model's own vocabulary (the GGUF file is loaded, vocab_only).
+
+The rest of the gateway's compression, with estimated counts, is tested in
+tests/unit/test_compress_gateway.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import falcon.testing
+import pytest
+import zmq
+
+from reame.gateway.app import create_app
+from reame.gateway.client import Dispatcher
+from reame.gateway.compression import Compressor, Savings
+from reame.gateway.tokenizer import Tokenizer
+from reame.shared import config, protocol
+from reame.shared.model_file import model_path
+from reame.supervisor import cli
+from tests.unit.fakes import FakeDispatcher
+
+pytestmark = pytest.mark.integration
+
+FILLER = "We love our wonderful customers and our friendly team is simply the best in town!"
+DOCUMENT = "## Prices\n\nEach loaf costs £3.10. " + FILLER + "\n\nWe do not deliver on Sundays. " + FILLER
+COMPRESSED = "## Prices\n\nEach loaf costs £3.10.\n\nWe do not deliver on Sundays."
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    loaded = Tokenizer(model_path(config.load(environ={})))
+    loaded.load()
+    return loaded
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeDispatcher]:
+    context: zmq.Context[Any] = zmq.Context()
+    dispatcher = FakeDispatcher(context)
+    yield dispatcher
+    dispatcher.stop()
+    context.destroy(linger=0)
+
+
+@pytest.fixture
+def client(fake: FakeDispatcher) -> falcon.testing.TestClient:
+    cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_MODEL_ALIAS": "m"})
+    return falcon.testing.TestClient(create_app(cfg, Dispatcher(fake.address, liveness_s=0.5, context=fake.context)))
+
+
+def test_the_vocabulary_counts_tokens_like_the_model(tokenizer: Tokenizer) -> None:
+    assert tokenizer.count("") == 0
+    assert tokenizer.count("Hello world") == 2  # SmolLM2's BPE: "Hello", " world"
+    assert tokenizer.count("<|im_start|>") == 1  # special tokens are parsed, as the worker does
+    assert 0 < tokenizer.count(DOCUMENT) < len(DOCUMENT)
+
+
+def test_the_compressor_uses_the_configured_mode_unless_asked(tokenizer: Tokenizer) -> None:
+    cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_COMPRESS_MODE": "off"})
+    savings = Savings()
+    compressor = Compressor(cfg, tokenizer, savings)
+    messages = [protocol.ChatMessage("system", DOCUMENT)]
+    assert compressor.messages(messages, None).messages == messages
+    result = compressor.messages(messages, "facts")
+    assert result.messages is not None and FILLER not in result.messages[0].content
+    assert result.saved_tokens == tokenizer.count(DOCUMENT) - tokenizer.count(result.messages[0].content)
+    assert savings.snapshot().saved_tokens == result.saved_tokens
+
+
+def test_a_chat_request_is_sent_compressed_and_reports_what_it_saved(
+    client: falcon.testing.TestClient, fake: FakeDispatcher, tokenizer: Tokenizer
+) -> None:
+    body = {"messages": [{"role": "system", "content": DOCUMENT}, {"role": "user", "content": "hello"}],
+            "reame": {"compress": "facts"}}
+    result = client.simulate_post("/v1/chat/completions", json=body)
+    assert result.status_code == 200, result.text
+    (sent,) = fake.generates()
+    assert sent.messages is not None
+    compressed = sent.messages[0].content
+    assert compressed == COMPRESSED
+    saved = tokenizer.count(DOCUMENT) - tokenizer.count(compressed)
+    usage = result.json["usage"]
+    assert usage["prompt_tokens"] == 5  # what the (fake) worker read
+    assert usage["reame"]["uncompressed_prompt_tokens"] == 5 + saved
+
+
+def test_the_command_prints_statistics(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tokenizer: Tokenizer
+) -> None:
+    document = tmp_path / "doc.txt"
+    document.write_text(DOCUMENT, encoding="utf-8")
+    assert cli.main(["compress", str(document), "--mode", "facts", "--stats"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["mode"] == "facts" and stats["tokens_before"] == tokenizer.count(DOCUMENT)
+    assert 0 < stats["tokens_after"] < stats["tokens_before"] and stats["seconds"] >= 0
