@@ -60,9 +60,9 @@ class RequestLog:
         level = logging.DEBUG if self.path in PROBE_PATHS else logging.INFO
         log.log(
             level,
-            "%s %s %s %d prompt_tokens=%d completion_tokens=%d ttft=%s total=%.3fs%s",
+            "%s %s %s %d prompt_tokens=%d cached_tokens=%d completion_tokens=%d ttft=%s total=%.3fs%s",
             self.request_id, self.method, self.path, status,
-            self.usage.prompt_tokens, self.usage.completion_tokens, ttft, now - self._start,
+            self.usage.prompt_tokens, self.usage.cached_tokens, self.usage.completion_tokens, ttft, now - self._start,
             f" error={self.error}" if self.error else "",
         )
 

@@ -370,7 +370,9 @@ def test_one_log_line_per_request(client: falcon.testing.TestClient, caplog: pyt
         client.simulate_post("/v1/chat/completions", json=chat_body("overloaded"))
     lines = [r.getMessage() for r in caplog.records if r.name == "gateway.requests"]
     assert len(lines) == 3
-    assert lines[0].startswith(f"{plain['id']} POST /v1/chat/completions 200 prompt_tokens=5 completion_tokens=2 ")
+    assert lines[0].startswith(
+        f"{plain['id']} POST /v1/chat/completions 200 prompt_tokens=5 cached_tokens=1 completion_tokens=2 "
+    )
     assert "ttft=0." in lines[0] and "total=" in lines[0]
     assert " 200 " in lines[1] and lines[1].endswith("error=worker_lost")
     assert " 429 " in lines[2] and "ttft=-" in lines[2]
