@@ -27,8 +27,8 @@ from types import TracebackType
 from typing import Final
 
 from reame.cachekeeper import entry
-from reame.cachekeeper.entry import CorruptEntry, EntryHeader
 from reame.cachekeeper.index import Index, IndexCorrupt, IndexRow, index_files
+from reame.shared.kv_entry import CHUNK_BYTES, CorruptEntry, EntryHeader
 from reame.shared.prefix import is_entry_key
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class ReadHandle:
         self.header = reader.header
         self._open = True
 
-    def chunks(self, chunk_bytes: int = entry.CHUNK_BYTES) -> Iterator[bytes]:
+    def chunks(self, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
         """Yield the compressed payload; a damaged entry is deleted, then CorruptEntry raised."""
         try:
             yield from self._reader.chunks(chunk_bytes)

@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from reame.cachekeeper import entry
 from reame.cachekeeper.puts import FinishedPut
 from reame.cachekeeper.store import Refusal, Store
+from reame.shared import kv_entry
 from reame.shared.prefix import entry_key
 from reame.shared.protocol import CacheCommand
 
@@ -134,8 +134,8 @@ class Writer:
         if self._store.contains(entry_key(job.fingerprint, job.tokens)):
             return result(True, PRESENT_REASON)
         try:
-            payload = entry.encode_payload(b"".join(job.chunks), level=self._level)
-            header = entry.EntryHeader.build(
+            payload = kv_entry.encode_payload(b"".join(job.chunks), level=self._level)
+            header = kv_entry.EntryHeader.build(
                 job.fingerprint, job.kv_type, job.tokens, self._block_tokens, payload, created=self._clock()
             )
             pending = self._store.begin_put(header)

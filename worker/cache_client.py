@@ -10,7 +10,7 @@ Two sockets, each owned by one thread (ZeroMQ sockets are not thread-safe):
   that a client never waits for a save.
 
 A cachekeeper that does not answer in time is skipped by both for RETRY_AFTER_S
-(see :class:`Health`), so a dead or stuck cachekeeper costs one timeout per
+(see worker.cache_health.Health), so a dead or stuck cachekeeper costs one timeout per
 period, not one per request. After a timeout the socket is replaced: the late
 replies go to an identity that no longer exists instead of mixing with the next
 conversation.
@@ -30,86 +30,17 @@ from typing import Final
 
 import zmq
 
-from reame.cachekeeper.entry import CorruptEntry, EntryHeader, PayloadDecoder, decode_header
 from reame.shared import protocol
+from reame.shared.kv_entry import CorruptEntry, EntryHeader, PayloadDecoder, decode_header
 from reame.shared.protocol import CacheChunk, CacheCorrupt, CacheHit, CacheLookup, CacheMiss, Message
+from reame.worker.cache_health import RETRY_AFTER_S, CacheCounters, Counters, Health
 from reame.worker.cache_uploader import Uploader, upload_bound
 
 log = logging.getLogger(__name__)
 
-# Long enough for a restarted cachekeeper to come back, short enough that the cache
-# is not missed for long once it does.
-RETRY_AFTER_S: Final = 5.0
 PENDING_SAVES: Final = 2  # each holds a whole state (tens of MB): keep the backlog small
 
 Reply = CacheHit | CacheMiss | CacheChunk
-
-
-@dataclasses.dataclass
-class CacheCounters:
-    """What the cache did for this worker, for the metrics endpoint."""
-
-    hits: int = 0
-    misses: int = 0
-    reused_tokens: int = 0
-    bytes_read: int = 0  # compressed payload bytes received
-    bytes_written: int = 0  # raw state bytes sent
-    corrupt: int = 0
-    saves: int = 0
-    save_refusals: int = 0
-
-
-class Counters:
-    """CacheCounters updated from the engine and uploader threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values = CacheCounters()
-
-    def add(self, **deltas: int) -> None:
-        with self._lock:
-            for name, delta in deltas.items():
-                setattr(self._values, name, getattr(self._values, name) + delta)
-
-    def snapshot(self) -> CacheCounters:
-        with self._lock:
-            return dataclasses.replace(self._values)
-
-
-class Health:
-    """Whether the cachekeeper is worth asking; both threads report to it."""
-
-    def __init__(self, address: str, retry_after: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._address = address
-        self._retry_after = retry_after
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._skip_until = 0.0
-        self._down = False  # warned about, not heard from since
-
-    def usable(self) -> bool:
-        with self._lock:
-            return self._clock() >= self._skip_until
-
-    def failed(self, what: str) -> None:
-        """Skip the cachekeeper for a while; warn once per outage."""
-        with self._lock:
-            self._skip_until = self._clock() + self._retry_after
-            first = not self._down
-            self._down = True
-        if first:
-            log.warning(
-                "the cachekeeper at %s did not answer a %s in time; serving without the cache, "
-                "trying again every %.0f s", self._address, what, self._retry_after,
-            )
-        else:
-            log.debug("the cachekeeper still does not answer (%s)", what)
-
-    def answered(self) -> None:
-        with self._lock:
-            was_down, self._down = self._down, False
-        if was_down:
-            log.info("the cachekeeper at %s answers again", self._address)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

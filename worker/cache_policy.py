@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reame.cachekeeper.entry import EntryHeader
+from reame.shared.kv_entry import EntryHeader
 from reame.worker.kv import MIN_FRESH, common_prefix
 
 

@@ -19,16 +19,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import zmq
 
-from reame.cachekeeper.entry import CHUNK_BYTES
 from reame.shared import protocol
+from reame.shared.kv_entry import CHUNK_BYTES
 from reame.shared.protocol import CacheChunk, CachePut, CacheStored, Message
-
-if TYPE_CHECKING:
-    from reame.worker.cache_client import Counters, Health
+from reame.worker.cache_health import Counters, Health
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from reame.cachekeeper.entry import EntryHeader
+from reame.shared.kv_entry import EntryHeader
 from reame.shared.prefix import block_hashes
 from reame.worker import cache_policy
 from reame.worker.cache_client import Fetched

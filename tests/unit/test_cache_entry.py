@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from reame.cachekeeper import entry
-from reame.cachekeeper.entry import CorruptEntry, EntryHeader, EntryReader, decode_payload, encode_payload, write_entry
+from reame.cachekeeper.entry import EntryReader, write_entry
+from reame.shared import kv_entry
+from reame.shared.kv_entry import CorruptEntry, EntryHeader, decode_payload, encode_payload
 
 FP = b"fingerprint"
 TOKENS = list(range(100, 137))
@@ -28,7 +30,7 @@ def make(raw: bytes, planes: bool = True, tokens: list[int] = TOKENS) -> tuple[E
     return EntryHeader.build(FP, "f16", tokens, 8, payload, created=12.5), payload.data
 
 
-def read_all(path: Path, chunk_bytes: int = entry.CHUNK_BYTES) -> bytes | bytearray:
+def read_all(path: Path, chunk_bytes: int = kv_entry.CHUNK_BYTES) -> bytes | bytearray:
     with EntryReader(path) as reader:
         return decode_payload(reader.header, reader.chunks(chunk_bytes))
 
@@ -108,7 +110,7 @@ def test_wrong_magic_and_unknown_version_are_named(tmp_path: Path) -> None:
     # A well-formed file of a future version: valid checksum, unknown version number.
     _, _, flags, header_len, _ = struct.unpack_from("<8sHHII", original)
     body = original[20 : 20 + header_len]
-    covered = struct.pack("<8sHHI", entry.MAGIC, 2, flags, header_len)
+    covered = struct.pack("<8sHHI", kv_entry.MAGIC, 2, flags, header_len)
     path.write_bytes(covered + struct.pack("<I", zlib.crc32(body, zlib.crc32(covered))) + original[20:])
     with pytest.raises(CorruptEntry, match="version 2"):
         entry.read_header(path)
@@ -129,7 +131,7 @@ def test_decoder_checks_length_and_checksum() -> None:
 
 def test_payload_that_lies_about_its_raw_length_is_caught() -> None:
     _header, data = make(kv_like(5000))
-    liar = EntryHeader.build(FP, "f16", TOKENS, 8, entry.Payload(data, 4999, zlib.crc32(data), 1, False), 1.0)
+    liar = EntryHeader.build(FP, "f16", TOKENS, 8, kv_entry.Payload(data, 4999, zlib.crc32(data), 1, False), 1.0)
     with pytest.raises(CorruptEntry, match="decompresses to 5000"):
         decode_payload(liar, [data])
 

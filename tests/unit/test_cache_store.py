@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reame.cachekeeper.entry import CorruptEntry, EntryHeader, decode_payload, encode_payload, write_entry
+from reame.cachekeeper.entry import write_entry
 from reame.cachekeeper.index import index_files
 from reame.cachekeeper.store import INDEX_NAME, PendingPut, Refusal, Store, StoreLocked
+from reame.shared.kv_entry import CorruptEntry, EntryHeader, decode_payload, encode_payload
 from reame.shared.prefix import block_hashes, common_prefix_len
 
 FP = b"model"
@@ -277,7 +278,7 @@ def test_a_writer_killed_before_commit_leaves_nothing(tmp_path: Path) -> None:
 KILLED_WRITER = """
 import random, sys
 from pathlib import Path
-from reame.cachekeeper.entry import EntryHeader, encode_payload
+from reame.shared.kv_entry import EntryHeader, encode_payload
 from reame.cachekeeper.store import Store
 store = Store(Path(sys.argv[1]), max_bytes=10**9, min_free_bytes=0)
 payload = encode_payload(random.Random(0).randbytes(4_000_000))

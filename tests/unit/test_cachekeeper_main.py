@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import zmq
 
-from reame.cachekeeper.entry import EntryHeader, encode_payload
 from reame.cachekeeper.store import PendingPut, Store
 from reame.shared import protocol as p
 from reame.shared.config import CONFIG_PATH_ENV
+from reame.shared.kv_entry import EntryHeader, encode_payload
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE
 from reame.shared.prefix import entry_key
 from reame.supervisor import cli

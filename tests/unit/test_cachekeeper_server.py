@@ -17,6 +17,7 @@ import zmq
 from reame.cachekeeper import entry
 from reame.cachekeeper.server import Keeper
 from reame.cachekeeper.store import Store
+from reame.shared import kv_entry
 from reame.shared import protocol as p
 from reame.shared.lifecycle import StopFlag
 from reame.shared.prefix import block_hashes, entry_key
@@ -116,12 +117,12 @@ def raw_state(size: int, seed: int = 1) -> bytes:
     return b"".join(rng.randbytes(4096) + bytes(4096) for _ in range(size // 8192))
 
 
-def decode_hit(hit: p.CacheHit, chunks: list[bytes], where: Path) -> tuple[entry.EntryHeader, bytes]:
+def decode_hit(hit: p.CacheHit, chunks: list[bytes], where: Path) -> tuple[kv_entry.EntryHeader, bytes]:
     """Parse the header bytes the way a worker does (through an entry file here) and decode the payload."""
     path = where / "received.kv"
     path.write_bytes(hit.header + b"".join(chunks))
     header = entry.check_entry(path)
-    return header, bytes(entry.decode_payload(header, chunks))
+    return header, bytes(kv_entry.decode_payload(header, chunks))
 
 
 def test_a_stored_state_is_found_by_a_longer_prompt(running: Running, tmp_path: Path) -> None:

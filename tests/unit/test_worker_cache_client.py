@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import zmq
 
-from reame.cachekeeper.entry import CorruptEntry, EntryHeader, decode_header, encode_payload
 from reame.shared import protocol as p
+from reame.shared.kv_entry import CorruptEntry, EntryHeader, decode_header, encode_payload
 from reame.shared.prefix import block_hashes
 from reame.worker.cache_client import CacheClient
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reame.cachekeeper.entry import EntryHeader, encode_payload
+from reame.shared.kv_entry import EntryHeader, encode_payload
 from reame.worker.cache_policy import entry_problem, lookup_worthwhile, restore_length, should_save
 from reame.worker.kv import MIN_FRESH
 

@@ -7,7 +7,7 @@ from typing import cast
 
 import pytest
 
-from reame.cachekeeper.entry import EntryHeader, encode_payload
+from reame.shared.kv_entry import EntryHeader, encode_payload
 from reame.worker.cache_client import Fetched
 from reame.worker.kv import MIN_FRESH, KvCache
 from reame.worker.model import Model
