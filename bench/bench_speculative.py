@@ -27,10 +27,13 @@ from pathlib import Path
 from bench.speculative_prompts import PROMPTS
 from reame.shared.config import load
 from reame.shared.model_file import model_path
+from reame.shared.modes import SpeculativeMode
 from reame.shared.protocol import ChatMessage, Delta, Done, Generate, Message, SamplingParams
 from reame.worker.engine import Engine
 from reame.worker.model import Model
-from reame.worker.speculative.setup import LOOKUP, MODEL, OFF, Speculation
+from reame.worker.speculative.setup import Speculation
+
+OFF, LOOKUP, MODEL = SpeculativeMode.OFF, SpeculativeMode.LOOKUP, SpeculativeMode.MODEL
 
 SAMPLED_TEMPERATURE = 0.8
 FORCED = "model!"
@@ -87,7 +90,7 @@ def generate(engine: Engine, text: str, mode: str, temperature: float, max_token
         speculation.draft_kv.reset()
     sampling = SamplingParams(temperature=temperature, seed=seed, max_tokens=max_tokens)
     request = Generate("bench", sampling, time.time() + 3600, messages=[ChatMessage("user", text)],
-                       speculative=mode, cache=False)
+                       speculative=SpeculativeMode(mode), cache=False)
     engine.run(request, send, threading.Event())
     done = out[-1]
     assert isinstance(done, Done), done

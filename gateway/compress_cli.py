@@ -16,11 +16,12 @@ from reame.gateway.compress import compress
 from reame.gateway.tokenizer import Tokenizer, TokenizerError
 from reame.shared.config import ConfigError, load
 from reame.shared.model_file import ModelFileError, model_path
+from reame.shared.modes import CompressMode
 
 EXIT_USAGE: Final = 2
 
 
-def run(config_path: str | None, file: str, mode: str | None, question: str, stats: bool) -> int:
+def run(config_path: str | None, file: str, mode: CompressMode | None, question: str, stats: bool) -> int:
     """Compress ``file`` (``-``: standard input) and print the text or the statistics."""
     try:
         config = load(config_path)
@@ -30,7 +31,7 @@ def run(config_path: str | None, file: str, mode: str | None, question: str, sta
         return EXIT_USAGE
     mode = mode or config.compress.mode
     tokenizer: Tokenizer | None = None
-    if stats or mode == "query":
+    if stats or mode == CompressMode.QUERY:
         try:
             tokenizer = Tokenizer(model_path(config))
             tokenizer.load()

@@ -15,6 +15,7 @@ from reame.gateway.compress.messages import Policy, Result, compress_messages, c
 from reame.gateway.tokenizer import Tokenizer
 from reame.shared.config import Config
 from reame.shared.model_file import ModelFileError, model_path
+from reame.shared.modes import CompressMode
 from reame.shared.protocol import ChatMessage
 
 log = logging.getLogger(__name__)
@@ -64,18 +65,18 @@ class Compressor:
                 tokenizer = Tokenizer(None)
         self.tokenizer = tokenizer
 
-    def policy(self, mode: str | None) -> Policy:
+    def policy(self, mode: CompressMode | None) -> Policy:
         """The policy for a request asking for ``mode`` (None: the configured one)."""
         s = self.settings
         return Policy(mode or s.mode, s.min_tokens, s.query_budget, self.tokenizer.count)
 
-    def messages(self, messages: list[ChatMessage], mode: str | None, *, warm: bool = False) -> Result:
+    def messages(self, messages: list[ChatMessage], mode: CompressMode | None, *, warm: bool = False) -> Result:
         """Compress a chat request's messages."""
         result = compress_messages(messages, self.policy(mode), warm=warm)
         self.savings.add(result)
         return result
 
-    def prompt(self, prompt: str, mode: str | None, *, warm: bool = False) -> Result:
+    def prompt(self, prompt: str, mode: CompressMode | None, *, warm: bool = False) -> Result:
         """Compress a raw completions prompt."""
         result = compress_prompt(prompt, self.policy(mode), warm=warm)
         self.savings.add(result)

@@ -13,22 +13,23 @@ Pure: no sockets, no Falcon. Rules, following the OpenAI API:
 - ``model`` must be a string if present; any name is accepted (like llama.cpp's
   server) and responses always name the model that is loaded.
 - ``reame`` (object) holds reame's own switches: ``cache`` (boolean, default true:
-  use the persistent KV cache) and ``compress`` (``"off"``, ``"lossless"``,
-  ``"facts"`` or ``"query"``; absent: the configured ``compress.mode``). Any other key
-  in it is a 400. A cache warm request takes ``compress`` only. ``speculative``
-  (``"off"``, ``"lookup"`` or ``"model"``; absent: the worker's ``speculative.mode``)
-  picks speculative decoding for a completion.
+  use the persistent KV cache) and ``compress`` (a ``shared.modes.CompressMode``;
+  absent: the configured ``compress.mode``). Any other key in it is a 400. A cache
+  warm request takes ``compress`` only. ``speculative`` (a
+  ``shared.modes.SpeculativeMode``; absent: the worker's ``speculative.mode``) picks
+  speculative decoding for a completion.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-from reame.gateway.compress import MODES
 from reame.gateway.errors import APIError, invalid
 from reame.shared.config import SamplingConfig
+from reame.shared.modes import CompressMode, SpeculativeMode, choices
 from reame.shared.protocol import ChatMessage, SamplingParams
 
 ROLES: Final = frozenset({"system", "user", "assistant", "developer", "tool"})
@@ -40,7 +41,6 @@ SEED_RANGE: Final = (-(2**63), 2**64 - 1)
 EXTENSION_FIELD: Final = "reame"
 EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"cache", "compress", "speculative"})
 WARM_EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"compress"})
-SPECULATIVE_MODES: Final = ("off", "lookup", "model")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +48,8 @@ class Options:
     """reame's own per-request switches, from the ``reame`` object."""
 
     cache: bool = True
-    compress: str | None = None  # a compression mode; None: the configured default
-    speculative: str | None = None  # a speculative decoding mode; None: the worker's default
+    compress: CompressMode | None = None  # None: the configured default
+    speculative: SpeculativeMode | None = None  # None: the worker's default
 
 
 DEFAULT_OPTIONS: Final = Options()
@@ -164,18 +164,23 @@ def _options(fields: dict[str, Any], allowed: frozenset[str]) -> Options:
         if key not in allowed:
             raise invalid(f"{EXTENSION_FIELD}.{key}", f"unknown reame option {key!r}", "unknown_parameter")
     cache = _boolean(switches, "cache", f"{EXTENSION_FIELD}.cache")
-    compress = switches.get("compress")
-    if compress is not None and compress not in MODES:
-        raise invalid(
-            f"{EXTENSION_FIELD}.compress", f"{EXTENSION_FIELD}.compress must be one of {', '.join(MODES)}"
-        )
-    speculative = switches.get("speculative")
-    if speculative is not None and speculative not in SPECULATIVE_MODES:
-        raise invalid(
-            f"{EXTENSION_FIELD}.speculative",
-            f"{EXTENSION_FIELD}.speculative must be one of {', '.join(SPECULATIVE_MODES)}",
-        )
+    compress = _mode(switches, "compress", CompressMode)
+    speculative = _mode(switches, "speculative", SpeculativeMode)
     return Options(cache=True if cache is None else cache, compress=compress, speculative=speculative)
+
+
+_Mode = TypeVar("_Mode", bound=enum.StrEnum)
+
+
+def _mode(switches: dict[str, Any], key: str, modes: type[_Mode]) -> _Mode | None:
+    value = switches.get(key)
+    if value is None:
+        return None
+    try:
+        return modes(value)
+    except ValueError:
+        name = f"{EXTENSION_FIELD}.{key}"
+        raise invalid(name, f"{name} must be one of {choices(modes)}") from None
 
 
 def _stream(fields: dict[str, Any]) -> tuple[bool, bool]:

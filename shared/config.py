@@ -1,7 +1,8 @@
 """Configuration: one INI file, overridden by ``REAME_<SECTION>_<KEY>`` variables.
 
-The schema below is the single place where keys, types and defaults live;
-``config/reame.conf`` documents each of them (a unit test keeps the two in step).
+The section dataclasses below are the single place where keys, types, parsers and
+defaults live (:data:`SCHEMA` is read off them); ``config/reame.conf`` documents each
+key (a unit test keeps the two in step).
 An unknown key or a malformed value raises :class:`ConfigError` naming the key,
 the value and what was expected, so start-up stops with a clear message.
 """
@@ -10,11 +11,19 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import enum
 import os
 import tempfile
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from reame.shared.kv_entry import MAX_LEVEL, MIN_LEVEL
+from reame.shared.modes import CompressMode, SpeculativeMode, choices
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 ENV_PREFIX: Final = "REAME_"
 # Set by `reame serve` for its children so that they read the same file.
@@ -23,6 +32,10 @@ CONFIG_PATH_ENV: Final = "REAME_CONFIG"
 
 class ConfigError(ValueError):
     """A configuration key or value that cannot be used."""
+
+
+_Mode = TypeVar("_Mode", bound=enum.StrEnum)
+_Section = TypeVar("_Section", bound="DataclassInstance")
 
 
 def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
@@ -49,6 +62,16 @@ def _float(lo: float | None = None, hi: float | None = None) -> Callable[[str], 
             bounds = f"from {lo}" + (f" to {hi}" if hi is not None else " up")
             raise ValueError(f"a number {bounds}")
         return value
+
+    return parse
+
+
+def _mode(modes: type[_Mode]) -> Callable[[str], _Mode]:
+    def parse(text: str) -> _Mode:
+        try:
+            return modes(text.strip().lower())
+        except ValueError:
+            raise ValueError("one of " + choices(modes)) from None
 
     return parse
 
@@ -103,159 +126,101 @@ def _address(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Key:
+    """How a key's text is parsed, and its default as written in the file."""
+
     parse: Callable[[str], Any]
     default: str
 
 
-# section -> key -> (parser, default as written in the file)
-SCHEMA: Final[dict[str, dict[str, Key]]] = {
-    "server": {
-        "host": Key(_text, "127.0.0.1"),
-        "port": Key(_int(1, 65535), "8080"),
-        "gateway_processes": Key(_int(1, 64), "1"),
-        "gateway_threads": Key(_int(1, 1024), "32"),
-        "max_body_bytes": Key(_int(1024), "8388608"),
-        "request_timeout": Key(_float(1.0), "600"),
-        "queue_size": Key(_int(0), "64"),
-        "retry_after": Key(_int(1), "2"),
-        "run_dir": Key(_text, ""),
-    },
-    "model": {
-        "path": Key(_text, ""),
-        "alias": Key(_text, ""),
-        "n_ctx": Key(_int(0), "4096"),
-        "n_batch": Key(_int(1), "512"),
-    },
-    "workers": {
-        "count": Key(_int(0, 256), "0"),
-        "threads": Key(_int(1, 256), "1"),
-    },
-    "dispatcher": {
-        "frontend": Key(_address, ""),
-        "backend": Key(_address, ""),
-    },
-    "sampling": {
-        "temperature": Key(_float(0.0, 2.0), "1.0"),
-        "top_p": Key(_float(0.0, 1.0), "1.0"),
-        "top_k": Key(_int(0), "40"),
-        "min_p": Key(_float(0.0, 1.0), "0.05"),
-        "repeat_penalty": Key(_float(0.0), "1.0"),
-        "repeat_last_n": Key(_int(-1), "64"),
-        "chat_max_tokens": Key(_int(0), "0"),
-        "completion_max_tokens": Key(_int(0), "16"),
-    },
-    "memory": {
-        "kv_type": Key(_choice("f16", "q8_0", "q4_0"), "f16"),
-    },
-    "cache": {
-        "enabled": Key(_bool, "true"),
-        "dir": Key(_text, ""),
-        "max_size": Key(_size, "20GB"),
-        "min_free": Key(_size, "1GB"),
-        "block_tokens": Key(_int(1, 4096), "64"),
-        "min_tokens": Key(_int(1), "256"),
-        "compression_level": Key(_int(-7, 19), "1"),
-        "timeout": Key(_float(0.01), "1.0"),
-        "address": Key(_address, ""),
-    },
-    "speculative": {
-        "mode": Key(_choice("off", "lookup", "model"), "lookup"),
-        "draft_min": Key(_int(1, 64), "1"),
-        "draft_max": Key(_int(1, 64), "15"),
-        "draft_model_path": Key(_text, ""),
-    },
-    "compress": {
-        "mode": Key(_choice("off", "lossless", "facts", "query"), "lossless"),
-        "min_tokens": Key(_int(0), "256"),
-        "query_budget": Key(_int(16), "512"),
-    },
-    "logging": {
-        "level": Key(_choice("debug", "info", "warning", "error"), "info"),
-    },
-}
+def key(parse: Callable[[str], Any], default: str) -> Any:
+    """Declare a section's key: the dataclass field carries its parser and default (see SCHEMA)."""
+    return dataclasses.field(metadata={"key": Key(parse, default)})
 
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
-    host: str
-    port: int
-    gateway_processes: int
-    gateway_threads: int
-    max_body_bytes: int
-    request_timeout: float
-    queue_size: int
-    retry_after: int
-    run_dir: str
+    host: str = key(_text, "127.0.0.1")
+    port: int = key(_int(1, 65535), "8080")
+    gateway_processes: int = key(_int(1, 64), "1")
+    gateway_threads: int = key(_int(1, 1024), "32")
+    max_body_bytes: int = key(_int(1024), "8388608")
+    request_timeout: float = key(_float(1.0), "600")
+    queue_size: int = key(_int(0), "64")
+    retry_after: int = key(_int(1), "2")
+    run_dir: str = key(_text, "")
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    path: str
-    alias: str
-    n_ctx: int
-    n_batch: int
+    path: str = key(_text, "")
+    alias: str = key(_text, "")
+    n_ctx: int = key(_int(0), "4096")
+    n_batch: int = key(_int(1), "512")
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkersConfig:
-    count: int
-    threads: int
+    count: int = key(_int(0, 256), "0")
+    threads: int = key(_int(1, 256), "1")
 
 
 @dataclasses.dataclass(frozen=True)
 class DispatcherConfig:
-    frontend: str
-    backend: str
+    frontend: str = key(_address, "")
+    backend: str = key(_address, "")
 
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
-    temperature: float
-    top_p: float
-    top_k: int
-    min_p: float
-    repeat_penalty: float
-    repeat_last_n: int
-    chat_max_tokens: int
-    completion_max_tokens: int
+    """A request's sampling defaults; shared.protocol.SamplingParams takes its defaults from here."""
+
+    temperature: float = key(_float(0.0, 2.0), "1.0")
+    top_p: float = key(_float(0.0, 1.0), "1.0")
+    top_k: int = key(_int(0), "40")
+    min_p: float = key(_float(0.0, 1.0), "0.05")
+    repeat_penalty: float = key(_float(0.0), "1.0")
+    repeat_last_n: int = key(_int(-1), "64")
+    chat_max_tokens: int = key(_int(0), "0")
+    completion_max_tokens: int = key(_int(0), "16")
 
 
 @dataclasses.dataclass(frozen=True)
 class MemoryConfig:
-    kv_type: str
+    kv_type: str = key(_choice("f16", "q8_0", "q4_0"), "f16")
 
 
 @dataclasses.dataclass(frozen=True)
 class CacheConfig:
-    enabled: bool
-    dir: str
-    max_size: int
-    min_free: int
-    block_tokens: int
-    min_tokens: int
-    compression_level: int
-    timeout: float
-    address: str
+    enabled: bool = key(_bool, "true")
+    dir: str = key(_text, "")
+    max_size: int = key(_size, "20GB")
+    min_free: int = key(_size, "1GB")
+    block_tokens: int = key(_int(1, 4096), "64")
+    min_tokens: int = key(_int(1), "256")
+    compression_level: int = key(_int(MIN_LEVEL, MAX_LEVEL), "1")
+    timeout: float = key(_float(0.01), "1.0")
+    address: str = key(_address, "")
 
 
 @dataclasses.dataclass(frozen=True)
 class SpeculativeConfig:
-    mode: str
-    draft_min: int
-    draft_max: int
-    draft_model_path: str
+    # key() returns a dataclasses.field, which RUF009 cannot see through for an enum type.
+    mode: SpeculativeMode = key(_mode(SpeculativeMode), "lookup")  # noqa: RUF009
+    draft_min: int = key(_int(1, 64), "1")
+    draft_max: int = key(_int(1, 64), "15")
+    draft_model_path: str = key(_text, "")
 
 
 @dataclasses.dataclass(frozen=True)
 class CompressConfig:
-    mode: str
-    min_tokens: int
-    query_budget: int
+    mode: CompressMode = key(_mode(CompressMode), "lossless")  # noqa: RUF009
+    min_tokens: int = key(_int(0), "256")
+    query_budget: int = key(_int(16), "512")
 
 
 @dataclasses.dataclass(frozen=True)
 class LoggingConfig:
-    level: str
+    level: str = key(_choice("debug", "info", "warning", "error"), "info")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,18 +269,19 @@ class Config:
         return self.workers.count or len(os.sched_getaffinity(0))
 
 
+# section name -> its dataclass, in the order of Config's fields (and of the file)
 _SECTION_CLASSES: Final[dict[str, type[Any]]] = {
-    "server": ServerConfig,
-    "model": ModelConfig,
-    "workers": WorkersConfig,
-    "dispatcher": DispatcherConfig,
-    "sampling": SamplingConfig,
-    "memory": MemoryConfig,
-    "cache": CacheConfig,
-    "speculative": SpeculativeConfig,
-    "compress": CompressConfig,
-    "logging": LoggingConfig,
+    name: cls for name, cls in typing.get_type_hints(Config).items() if name != "source"
 }
+# section -> key -> Key (parser, default as written in the file), read off the dataclasses
+SCHEMA: Final[dict[str, dict[str, Key]]] = {
+    section: {f.name: f.metadata["key"] for f in dataclasses.fields(cls)} for section, cls in _SECTION_CLASSES.items()
+}
+
+
+def defaults(section: type[_Section]) -> _Section:
+    """Return a section with every key at its default, e.g. ``defaults(SamplingConfig)``."""
+    return section(**{f.name: f.metadata["key"].parse(f.metadata["key"].default) for f in dataclasses.fields(section)})
 
 
 def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
@@ -378,7 +344,7 @@ def _check_speculative(section: SpeculativeConfig, raw: dict[str, tuple[str, str
     if section.draft_min > section.draft_max:
         text, origin = raw.get("draft_min", (str(section.draft_min), "default [speculative] draft_min"))
         raise ConfigError(f"{origin} = {text!r}: expected at most speculative.draft_max ({section.draft_max})")
-    if section.mode == "model" and not section.draft_model_path:
+    if section.mode == SpeculativeMode.MODEL and not section.draft_model_path:
         text, origin = raw.get("mode", (section.mode, "default [speculative] mode"))
         raise ConfigError(
             f"{origin} = {text!r}: expected speculative.draft_model_path to name a draft GGUF file with it"

@@ -16,6 +16,7 @@ from typing import Final
 
 from reame.shared.config import CONFIG_PATH_ENV, SCHEMA, Config, ConfigError, load
 from reame.shared.model_file import ModelFileError, model_path
+from reame.shared.modes import CompressMode
 
 EXIT_USAGE: Final = 2
 
@@ -96,12 +97,11 @@ def _cache(command: str) -> Run:
 
 
 def _compress_arguments(parser: argparse.ArgumentParser) -> None:
-    from reame.gateway.compress import MODES
-
     _config_argument(parser)
     parser.add_argument("file", metavar="FILE", help="the text to compress; - reads standard input")
     parser.add_argument(
-        "--mode", choices=MODES, default=None, help="compression mode (default: compress.mode of the configuration)"
+        "--mode", choices=list(CompressMode), type=CompressMode, default=None,
+        help="compression mode (default: compress.mode of the configuration)",
     )
     parser.add_argument("--question", default="", help="the question, for --mode query")
     parser.add_argument(

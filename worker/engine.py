@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+from reame.shared.modes import SpeculativeMode
 from reame.shared.protocol import (
     Done,
     Error,
@@ -35,7 +36,7 @@ from reame.worker.prefix_cache import PrefixCache
 from reame.worker.sampler import Sampler, SamplingError
 from reame.worker.speculative.chooser import TargetChooser
 from reame.worker.speculative.loop import Tally, generate
-from reame.worker.speculative.setup import OFF, PARAM, Speculation, SpeculationError, check_mode
+from reame.worker.speculative.setup import PARAM, Speculation, SpeculationError, check_mode
 from reame.worker.stops import TextStream
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class Engine:
         prompt, what, stops = self._prompt(request)
         budget = self._budget(len(prompt), request.sampling.max_tokens, what)
         out = Output(rid, budget, TextStream(stops), self.model.piece, self.model.is_eog, send)
-        if mode == OFF or self.speculation is None:
+        if mode == SpeculativeMode.OFF or self.speculation is None:
             cached, prefilled = self._plain(request, prompt, out, cancel)
             tally = Tally()
         else:
@@ -183,7 +184,7 @@ class Engine:
         return cached, prefilled
 
     def _speculative(
-        self, speculation: Speculation, mode: str, request: Generate, prompt: list[int], out: Output,
+        self, speculation: Speculation, mode: SpeculativeMode, request: Generate, prompt: list[int], out: Output,
         cancel: threading.Event,
     ) -> tuple[int, float, Tally]:
         """Prefill, then decode with drafts (worker.speculative.loop); return (cached, prefill end, tally)."""
@@ -209,12 +210,12 @@ class Engine:
         except SamplingError as err:
             raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), err.param) from err
 
-    def _mode(self, request: Generate) -> str:
+    def _mode(self, request: Generate) -> SpeculativeMode:
         """Return the request's speculative mode; refuse one this worker cannot serve."""
         try:
             if self.speculation is None:
                 check_mode(request.speculative, has_draft=False)
-                return OFF
+                return SpeculativeMode.OFF
             return self.speculation.resolve(request.speculative)
         except SpeculationError as err:
             raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), PARAM) from err

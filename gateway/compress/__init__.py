@@ -1,6 +1,6 @@
 """Prompt compression: fewer tokens for the same facts, deterministic and model-free.
 
-Modes, each including the one before:
+Modes (shared.modes.CompressMode), each including the one before:
 
 - ``off``: the text as given;
 - ``lossless``: :mod:`normalize` (whitespace, Unicode, HTML, markdown noise) then
@@ -32,29 +32,31 @@ from reame.gateway.compress.fixpoint import fixpoint
 from reame.gateway.compress.normalize import looks_like_code, normalize
 from reame.gateway.compress.query import rank
 from reame.gateway.compress.telegraph import telegraph
+from reame.shared.modes import CompressMode, choices
 
-MODES: Final = ("off", "lossless", "facts", "query")
 # Each rule only removes text, so a few passes reach a text that no rule changes.
 MAX_PASSES: Final = 4
 
 
 def compress(
     text: str,
-    mode: str,
+    mode: CompressMode | str,
     *,
     question: str = "",
     budget: int = 0,
     count: Callable[[str], int] | None = None,
 ) -> str:
     """Compress ``text`` in ``mode``; ``question``, ``budget`` and ``count`` serve ``query`` only."""
-    if mode not in MODES:
-        raise ValueError(f"unknown compression mode {mode!r}; expected one of {', '.join(MODES)}")
-    if mode == "off" or looks_like_code(text):
+    try:
+        mode = CompressMode(mode)
+    except ValueError:
+        raise ValueError(f"unknown compression mode {mode!r}; expected one of {choices(CompressMode)}") from None
+    if mode == CompressMode.OFF or looks_like_code(text):
         return text
     # The facts rules know English words only: in another language a negation would look like filler.
-    stage = _lossless if mode == "lossless" or not lexicon.is_english(text) else _facts
+    stage = _lossless if mode == CompressMode.LOSSLESS or not lexicon.is_english(text) else _facts
     text = fixpoint(stage, text, MAX_PASSES)
-    if mode == "query":
+    if mode == CompressMode.QUERY:
         text = rank(text, question, budget, count or approximate_tokens)
     return text
 

@@ -23,6 +23,7 @@ import pytest
 from reame.shared.config import load
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE
 from reame.shared.model_file import ModelFileError, model_path
+from reame.shared.modes import SpeculativeMode
 from reame.shared.protocol import (
     ChatMessage,
     Delta,
@@ -36,7 +37,7 @@ from reame.shared.protocol import (
 )
 from reame.worker.engine import Engine
 from reame.worker.model import Model
-from reame.worker.speculative.setup import LOOKUP, MODEL, OFF, Speculation
+from reame.worker.speculative.setup import Speculation
 from tests.harness import start_server
 
 pytestmark = pytest.mark.integration
@@ -74,7 +75,7 @@ def model() -> Iterator[Model]:
 @pytest.fixture(scope="module")
 def forced(model: Model) -> Engine:
     """An engine that verifies a draft of up to 8 tokens at every step it can."""
-    engine = Engine(model, speculation=Speculation(LOOKUP, 1, 8, adaptive=False))
+    engine = Engine(model, speculation=Speculation(SpeculativeMode.LOOKUP, 1, 8, adaptive=False))
     engine.warm_up()
     return engine
 
@@ -132,8 +133,8 @@ def test_greedy_lookup_equals_plain_but_for_near_ties(forced: Engine, monkeypatc
     greedy = SamplingParams(temperature=0.0, max_tokens=40)
     same = drafted = 0
     for request in PROMPTS:
-        plain, plain_text, plain_done = run(forced, request, OFF, greedy, monkeypatch)
-        spec, spec_text, done = run(forced, request, LOOKUP, greedy, monkeypatch)
+        plain, plain_text, plain_done = run(forced, request, SpeculativeMode.OFF, greedy, monkeypatch)
+        spec, spec_text, done = run(forced, request, SpeculativeMode.LOOKUP, greedy, monkeypatch)
         drafted += done.draft_tokens
         assert done.accepted_draft_tokens <= done.draft_tokens
         if spec == plain:
@@ -152,13 +153,13 @@ def test_greedy_model_mode_equals_plain_but_for_near_ties(model: Model, monkeypa
     """The default model drafting for itself: nearly every draft is accepted."""
     draft = Model(model.path, model.n_ctx, 512, 1)
     try:
-        engine = Engine(model, speculation=Speculation(OFF, 1, 6, draft=draft, adaptive=False))
+        engine = Engine(model, speculation=Speculation(SpeculativeMode.OFF, 1, 6, draft=draft, adaptive=False))
         greedy = SamplingParams(temperature=0.0, max_tokens=32)
         same = 0
         accepted = drafted = 0
         for request in PROMPTS[:5]:
-            plain, _, _ = run(engine, request, OFF, greedy, monkeypatch)
-            spec, _, done = run(engine, request, MODEL, greedy, monkeypatch)
+            plain, _, _ = run(engine, request, SpeculativeMode.OFF, greedy, monkeypatch)
+            spec, _, done = run(engine, request, SpeculativeMode.MODEL, greedy, monkeypatch)
             accepted += done.accepted_draft_tokens
             drafted += done.draft_tokens
             if spec == plain:
@@ -174,15 +175,16 @@ def test_greedy_model_mode_equals_plain_but_for_near_ties(model: Model, monkeypa
 
 def test_stops_and_max_tokens_inside_drafts(forced: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     request = PROMPTS[0]
-    full, text, _ = run(forced, request, OFF, SamplingParams(temperature=0.0, max_tokens=30), monkeypatch)
+    greedy = SamplingParams(temperature=0.0, max_tokens=30)
+    full, text, _ = run(forced, request, SpeculativeMode.OFF, greedy, monkeypatch)
     for max_tokens in (1, 2, 5, 9, 17):
         sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-        spec, _, done = run(forced, request, LOOKUP, sampling, monkeypatch)
+        spec, _, done = run(forced, request, SpeculativeMode.LOOKUP, sampling, monkeypatch)
         assert spec == full[:max_tokens]
         assert done.completion_tokens == max_tokens and done.finish_reason is FinishReason.LENGTH
     for stop in (text[5:8], text[11:13], text[20:25]):
         sampling = SamplingParams(temperature=0.0, max_tokens=30, stop=[stop])
-        _, spec_text, done = run(forced, request, LOOKUP, sampling, monkeypatch)
+        _, spec_text, done = run(forced, request, SpeculativeMode.LOOKUP, sampling, monkeypatch)
         assert spec_text == text[: text.index(stop)]
         assert done.finish_reason is FinishReason.STOP
 
@@ -197,9 +199,9 @@ def test_sampled_tokens_are_distributed_as_plain_sampling(forced: Engine, monkey
     """
     request = "a b c d a b c d a b c"
     n = 100
-    tokens: dict[str, Counter[tuple[int, ...]]] = {OFF: Counter(), LOOKUP: Counter()}
+    tokens: dict[str, Counter[tuple[int, ...]]] = {SpeculativeMode.OFF: Counter(), SpeculativeMode.LOOKUP: Counter()}
     drafted = 0
-    for mode in (OFF, LOOKUP):
+    for mode in (SpeculativeMode.OFF, SpeculativeMode.LOOKUP):
         for seed in range(n):
             sampling = SamplingParams(temperature=1.0, top_k=40, top_p=0.95, min_p=0.05, seed=seed, max_tokens=3)
             spec, _, done = run(forced, request, mode, sampling, monkeypatch, fresh=False)
@@ -207,8 +209,8 @@ def test_sampled_tokens_are_distributed_as_plain_sampling(forced: Engine, monkey
             drafted += done.draft_tokens
     assert drafted > n
     for position in (0, 1):
-        plain_counts = Counter(seq[position] for seq in tokens[OFF].elements() if len(seq) > position)
-        spec_counts = Counter(seq[position] for seq in tokens[LOOKUP].elements() if len(seq) > position)
+        plain_counts = Counter(seq[position] for seq in tokens[SpeculativeMode.OFF].elements() if len(seq) > position)
+        spec_counts = Counter(seq[position] for seq in tokens[SpeculativeMode.LOOKUP].elements() if len(seq) > position)
         tv = 0.5 * sum(
             abs(plain_counts[k] / plain_counts.total() - spec_counts[k] / spec_counts.total())
             for k in set(plain_counts) | set(spec_counts)
@@ -218,14 +220,14 @@ def test_sampled_tokens_are_distributed_as_plain_sampling(forced: Engine, monkey
 
 def test_seeded_sampling_with_lookup_is_reproducible(forced: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     sampling = SamplingParams(temperature=0.8, seed=99, max_tokens=24)
-    first = run(forced, PROMPTS[0], LOOKUP, sampling, monkeypatch)[0]
-    assert run(forced, PROMPTS[0], LOOKUP, sampling, monkeypatch)[0] == first
+    first = run(forced, PROMPTS[0], SpeculativeMode.LOOKUP, sampling, monkeypatch)[0]
+    assert run(forced, PROMPTS[0], SpeculativeMode.LOOKUP, sampling, monkeypatch)[0] == first
 
 
 def test_model_mode_without_a_draft_model_is_refused(forced: Engine) -> None:
     out: list[Message] = []
-    forced.run(Generate("r", SamplingParams(), time.time() + 10, prompt="x", speculative=MODEL), out.append,
-               threading.Event())
+    request = Generate("r", SamplingParams(), time.time() + 10, prompt="x", speculative=SpeculativeMode.MODEL)
+    forced.run(request, out.append, threading.Event())
     (error,) = out
     assert isinstance(error, Error)
     assert (error.code, error.param) == (ErrorCode.INVALID_REQUEST, "reame.speculative")

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reame.gateway.compress import MODES, approximate_tokens, compress
+from reame.gateway.compress import approximate_tokens, compress
 from reame.gateway.compress.query import fold, rank, terms
+from reame.shared.modes import CompressMode
 
 PIECES = st.sampled_from([
     "Price: £3.10", "We love you!", "Open 9:00–17:00.", "We do not deliver on Sundays.", "<br>", "&nbsp;",  # noqa: RUF001
@@ -21,14 +22,14 @@ TEXT = st.one_of(
 
 
 @settings(max_examples=400, deadline=None)
-@given(TEXT, st.sampled_from(MODES))
+@given(TEXT, st.sampled_from(list(CompressMode)))
 def test_compressing_twice_changes_nothing_more(text: str, mode: str) -> None:
     once = compress(text, mode, question="When do you open?", budget=40)
     assert compress(once, mode, question="When do you open?", budget=40) == once
 
 
 @settings(max_examples=200, deadline=None)
-@given(TEXT, st.sampled_from(MODES))
+@given(TEXT, st.sampled_from(list(CompressMode)))
 def test_compression_is_deterministic(text: str, mode: str) -> None:
     assert compress(text, mode, question="q", budget=40) == compress(str(text), mode, question="q", budget=40)
 
@@ -41,7 +42,7 @@ def test_off_is_the_identity_and_unknown_modes_are_refused() -> None:
 
 def test_code_is_left_alone_in_every_mode() -> None:
     code = "def f(x):\n    if x:\n        return 1\n    return 2\n\n\nclass A:\n    pass\n"
-    for mode in MODES:
+    for mode in CompressMode:
         assert compress(code, mode) == code
 
 

@@ -6,9 +6,10 @@ from typing import cast
 
 import pytest
 
+from reame.shared.modes import SpeculativeMode
 from reame.worker.kv import KvCache
 from reame.worker.speculative.costs import CONTEXT, batch_sizes, measure, time_decodes
-from reame.worker.speculative.setup import LOOKUP, OFF, Speculation
+from reame.worker.speculative.setup import Speculation
 from tests.unit.fakes import FakeKv, fake_model
 
 
@@ -37,7 +38,7 @@ def test_measure_gives_ratios_to_one_token() -> None:
 
 
 def test_calibration_caps_drafts_to_the_batch() -> None:
-    speculation = Speculation(LOOKUP, 4, 15)
+    speculation = Speculation(SpeculativeMode.LOOKUP, 4, 15)
     speculation.calibrate(cast(KvCache, FakeKv(fake_model())), filler=3, n_batch=8)
     assert (speculation.draft_min, speculation.draft_max) == (4, 7)
     assert speculation.costs.sizes == (1, 5, 8)
@@ -45,6 +46,6 @@ def test_calibration_caps_drafts_to_the_batch() -> None:
 
 
 def test_a_batch_of_one_leaves_no_room_for_drafts() -> None:
-    speculation = Speculation(LOOKUP, 1, 15)
+    speculation = Speculation(SpeculativeMode.LOOKUP, 1, 15)
     speculation.calibrate(cast(KvCache, FakeKv(fake_model())), filler=3, n_batch=1)
-    assert speculation.resolve(LOOKUP) == OFF
+    assert speculation.resolve(SpeculativeMode.LOOKUP) == SpeculativeMode.OFF

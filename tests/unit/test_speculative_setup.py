@@ -11,15 +11,13 @@ from typing import cast
 import pytest
 
 from reame.shared import config
+from reame.shared.modes import SpeculativeMode
 from reame.shared.protocol import Error, ErrorCode, Generate, Message, SamplingParams
 from reame.worker.engine import Engine
 from reame.worker.model import Model, ModelError
 from reame.worker.speculative.adaptive import LookupController, ModelController, StepCosts
 from reame.worker.speculative.loop import Tally
 from reame.worker.speculative.setup import (
-    LOOKUP,
-    MODEL,
-    OFF,
     PARAM,
     Speculation,
     SpeculationError,
@@ -30,12 +28,12 @@ from reame.worker.speculative.setup import (
 
 def test_defaults() -> None:
     section = config.load(None, environ={}).speculative
-    assert section.mode in (OFF, LOOKUP)
+    assert section.mode in (SpeculativeMode.OFF, SpeculativeMode.LOOKUP)
     assert (section.draft_min, section.draft_max, section.draft_model_path) == (1, 15, "")
 
 
 def test_environment_picks_the_mode() -> None:
-    assert config.load(None, environ={"REAME_SPECULATIVE_MODE": "off"}).speculative.mode == OFF
+    assert config.load(None, environ={"REAME_SPECULATIVE_MODE": "off"}).speculative.mode == SpeculativeMode.OFF
 
 
 @pytest.mark.parametrize(
@@ -58,42 +56,42 @@ def test_bad_settings_are_refused(tmp_path: Path, text: str, fragments: list[str
 
 def test_check_mode() -> None:
     check_mode(None, has_draft=False)
-    check_mode(LOOKUP, has_draft=False)
-    check_mode(MODEL, has_draft=True)
+    check_mode(SpeculativeMode.LOOKUP, has_draft=False)
+    check_mode(SpeculativeMode.MODEL, has_draft=True)
     with pytest.raises(SpeculationError, match="draft_model_path"):
-        check_mode(MODEL, has_draft=False)
+        check_mode(SpeculativeMode.MODEL, has_draft=False)
     with pytest.raises(SpeculationError, match=r"reame.speculative must be one of off, lookup, model; got 'fast'"):
         check_mode("fast", has_draft=True)
 
 
 def test_resolve_takes_the_request_over_the_default() -> None:
-    speculation = Speculation(LOOKUP, 1, 15)
-    assert speculation.resolve(None) == LOOKUP
-    assert speculation.resolve(OFF) == OFF
+    speculation = Speculation(SpeculativeMode.LOOKUP, 1, 15)
+    assert speculation.resolve(None) == SpeculativeMode.LOOKUP
+    assert speculation.resolve(SpeculativeMode.OFF) == SpeculativeMode.OFF
     with pytest.raises(SpeculationError):
-        speculation.resolve(MODEL)
+        speculation.resolve(SpeculativeMode.MODEL)
     speculation.available = False  # a cache that cannot drop positions
-    assert speculation.resolve(LOOKUP) == OFF
+    assert speculation.resolve(SpeculativeMode.LOOKUP) == SpeculativeMode.OFF
 
 
 def test_model_mode_decodes_plainly_when_the_draft_model_cannot_pay() -> None:
-    speculation = Speculation(LOOKUP, 1, 15, draft=cast(Model, StubModel()))
+    speculation = Speculation(SpeculativeMode.LOOKUP, 1, 15, draft=cast(Model, StubModel()))
     # Measured here: Qwen2.5-Coder-1.5B at one thread, its 0.5B draft at half the cost per token.
     speculation.costs = StepCosts.from_timings({1: 1.0, 2: 1.92, 4: 3.49, 8: 6.39, 16: 6.85}, draft=0.5)
     assert not speculation.model_pays
-    assert speculation.resolve(MODEL) == OFF
-    assert speculation.resolve(LOOKUP) == LOOKUP
+    assert speculation.resolve(SpeculativeMode.MODEL) == SpeculativeMode.OFF
+    assert speculation.resolve(SpeculativeMode.LOOKUP) == SpeculativeMode.LOOKUP
     speculation.costs = StepCosts.from_timings({1: 1.0, 2: 1.1, 4: 1.2, 8: 1.5, 16: 2.0}, draft=0.1)
     assert speculation.model_pays
-    assert speculation.resolve(MODEL) == MODEL
+    assert speculation.resolve(SpeculativeMode.MODEL) == SpeculativeMode.MODEL
 
 
 def test_controllers_and_counters() -> None:
-    speculation = Speculation(OFF, 2, 7, adaptive=False)
-    lookup = speculation.controller(LOOKUP)
+    speculation = Speculation(SpeculativeMode.OFF, 2, 7, adaptive=False)
+    lookup = speculation.controller(SpeculativeMode.LOOKUP)
     assert isinstance(lookup, LookupController)
     assert (lookup.draft_min, lookup.draft_max, lookup.adaptive, lookup.costs.draft) == (2, 7, False, 0.0)
-    model = speculation.controller(MODEL)
+    model = speculation.controller(SpeculativeMode.MODEL)
     assert isinstance(model, ModelController)
     speculation.count(Tally(steps=3, drafted=12, accepted=5), lookup)
     speculation.count(Tally(steps=1, drafted=2, accepted=2), lookup)
@@ -103,7 +101,7 @@ def test_controllers_and_counters() -> None:
 
 def test_lengths_out_of_order_are_refused() -> None:
     with pytest.raises(ValueError, match="draft_min <= draft_max"):
-        Speculation(LOOKUP, 5, 2)
+        Speculation(SpeculativeMode.LOOKUP, 5, 2)
 
 
 def test_a_missing_draft_model_is_a_model_error(tmp_path: Path) -> None:
@@ -124,9 +122,9 @@ class StubModel:
 @pytest.mark.parametrize(
     ("speculation", "asked", "fragment"),
     [
-        (None, MODEL, "needs a draft model"),
-        (Speculation(LOOKUP, 1, 15), MODEL, "needs a draft model"),
-        (Speculation(LOOKUP, 1, 15), "fast", "must be one of"),
+        (None, SpeculativeMode.MODEL, "needs a draft model"),
+        (Speculation(SpeculativeMode.LOOKUP, 1, 15), SpeculativeMode.MODEL, "needs a draft model"),
+        (Speculation(SpeculativeMode.LOOKUP, 1, 15), "fast", "must be one of"),
         (None, "", "must be one of"),
     ],
 )

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Final
 
 from reame.shared.config import Config
+from reame.shared.modes import SpeculativeMode, choices
 from reame.worker.kv import KvCache
 from reame.worker.model import Model, ModelError
 from reame.worker.speculative import costs
@@ -28,10 +29,6 @@ from reame.worker.speculative.ngram import LookupDrafter
 
 log = logging.getLogger(__name__)
 
-OFF: Final = "off"
-LOOKUP: Final = "lookup"
-MODEL: Final = "model"
-MODES: Final = (OFF, LOOKUP, MODEL)
 PARAM: Final = "reame.speculative"  # the request field that picks a mode
 DRAFT_KV_TYPE: Final = "f16"  # the draft's cache is small; a quantized one would need flash attention
 
@@ -44,9 +41,9 @@ def check_mode(asked: str | None, has_draft: bool) -> None:
     """Refuse a mode that does not exist, or model mode without a draft model."""
     if asked is None:
         return
-    if asked not in MODES:
-        raise SpeculationError(f"{PARAM} must be one of {', '.join(MODES)}; got {asked!r}")
-    if asked == MODEL and not has_draft:
+    if asked not in SpeculativeMode.__members__.values():
+        raise SpeculationError(f"{PARAM} must be one of {choices(SpeculativeMode)}; got {asked!r}")
+    if asked == SpeculativeMode.MODEL and not has_draft:
         raise SpeculationError(
             f"{PARAM} 'model' needs a draft model, and this server has none (speculative.draft_model_path)"
         )
@@ -67,7 +64,7 @@ class Speculation:
     """What one worker needs to decode speculatively."""
 
     def __init__(
-        self, mode: str, draft_min: int, draft_max: int, draft: Model | None = None, adaptive: bool = True
+        self, mode: SpeculativeMode, draft_min: int, draft_max: int, draft: Model | None = None, adaptive: bool = True
     ) -> None:
         check_mode(mode, draft is not None)
         if not 1 <= draft_min <= draft_max:
@@ -82,7 +79,7 @@ class Speculation:
         self.available = True  # False when the target's cache cannot drop positions
         self.counters = Counters()
 
-    def resolve(self, asked: str | None) -> str:
+    def resolve(self, asked: SpeculativeMode | None) -> SpeculativeMode:
         """Return the mode a request runs in; raise :class:`SpeculationError` for a bad request.
 
         Model mode runs plainly when the measured costs say the draft model cannot pay
@@ -90,8 +87,8 @@ class Speculation:
         """
         check_mode(asked, self.draft is not None)
         mode = self.mode if asked is None else asked
-        if not self.available or (mode == MODEL and self.adaptive and not self.model_pays):
-            return OFF
+        if not self.available or (mode == SpeculativeMode.MODEL and self.adaptive and not self.model_pays):
+            return SpeculativeMode.OFF
         return mode
 
     @property
@@ -129,15 +126,15 @@ class Speculation:
                 "so model mode will decode plainly", self.costs.draft,
             )
 
-    def drafter(self, mode: str, n_batch: int) -> Drafter:
+    def drafter(self, mode: SpeculativeMode, n_batch: int) -> Drafter:
         """Return a drafter for one request in ``mode`` (lookup or model)."""
-        if mode == MODEL and self.draft_kv is not None:
+        if mode == SpeculativeMode.MODEL and self.draft_kv is not None:
             return ModelDrafter(self.draft_kv, n_batch)
         return LookupDrafter()
 
-    def controller(self, mode: str) -> Controller:
+    def controller(self, mode: SpeculativeMode) -> Controller:
         """Return the draft-length controller for one request in ``mode``."""
-        if mode == MODEL:
+        if mode == SpeculativeMode.MODEL:
             return ModelController(self.costs, self.draft_min, self.draft_max, self.adaptive)
         lookup_costs = dataclasses.replace(self.costs, draft=0.0)
         return LookupController(lookup_costs, self.draft_min, self.draft_max, self.adaptive)
