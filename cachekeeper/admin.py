@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any, Final, TextIO
 
+import msgspec
 import zmq
 
 from reame.cachekeeper.store import Store, StoreLocked
@@ -125,7 +126,7 @@ def hit_rate(report: p.CacheReport) -> float | None:
 
 def as_json(outcome: Outcome, command: p.CacheCommand, config: Config) -> dict[str, Any]:
     """Return the outcome as one JSON-ready object."""
-    fields = dataclasses.asdict(outcome.report)
+    fields = msgspec.structs.asdict(outcome.report)
     del fields["request_id"]
     return {
         "command": command.value, "source": outcome.source, "directory": str(config.cache_dir),

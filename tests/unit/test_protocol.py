@@ -5,7 +5,9 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from reame.shared import config
 from reame.shared import protocol as p
+from reame.shared.modes import SpeculativeMode
 
 SAMPLING = p.SamplingParams(
     temperature=0.0, top_p=0.9, top_k=5, min_p=0.1, seed=7, max_tokens=12, stop=["\n", "END"],
@@ -63,21 +65,25 @@ def _payload(version: object, kind: object, body: object) -> bytes:
         (msgpack.packb({"a": 1}), "array"),
         (_payload(99, int(p.Kind.CANCEL), {"request_id": "x"}), "version"),
         (_payload(p.PROTOCOL_VERSION, 200, {}), "unknown message kind"),
-        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), {}), "missing field 'request_id'"),
-        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), {"request_id": 5}), "expected str"),
-        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), {"request_id": "x", "evil": 1}), "unknown fields"),
-        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), ["x"]), "expected a map"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), {}), "Cancel: Object missing required field `request_id`"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), {"request_id": 5}),
+         r"Expected `str`, got `int` - at `\$.request_id`"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), {"request_id": "x", "evil": 1}), "unknown field `evil`"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.CANCEL), ["x"]), "Expected `object`, got `array`"),
         (_payload(p.PROTOCOL_VERSION, int(p.Kind.DELTA), {"request_id": "x", "text": "t", "tokens": True}),
-         "expected int"),
+         "Expected `int`, got `bool`"),
         (_payload(p.PROTOCOL_VERSION, int(p.Kind.ERROR), {"request_id": "x", "code": "nope", "message": ""}),
-         "not a ErrorCode"),
+         "Invalid enum value 'nope'"),
         (_payload(p.PROTOCOL_VERSION, int(p.Kind.GENERATE),
                   {"request_id": "x", "deadline": 1.0, "sampling": {"logit_bias": [[1]]}}),
-         "2-item array"),
+         "Expected `array` of length 2, got 1"),
         (_payload(p.PROTOCOL_VERSION, int(p.Kind.GENERATE),
-                  {"request_id": "x", "deadline": "soon", "sampling": {}}), "expected a number"),
+                  {"request_id": "x", "deadline": "soon", "sampling": {}}), "Expected `float`, got `str`"),
+        (_payload(p.PROTOCOL_VERSION, int(p.Kind.GENERATE),
+                  {"request_id": "x", "deadline": 1.0, "sampling": {}, "speculative": "fast"}),
+         "Invalid enum value 'fast'"),
         (_payload(p.PROTOCOL_VERSION, int(p.Kind.CACHE_CHUNK), {"request_id": "x", "data": "text", "last": True}),
-         "expected bytes"),
+         "Expected `bytes`, got `str`"),
     ],
 )
 def test_bad_payloads_are_protocol_errors(payload: bytes, fragment: str) -> None:
@@ -92,3 +98,26 @@ def test_int_is_accepted_where_a_float_is_expected() -> None:
     assert isinstance(message, p.Generate)
     assert message.deadline == 3.0 and isinstance(message.deadline, float)
     assert message.sampling.temperature == 0.0
+
+
+def test_the_bytes_are_the_plain_msgpack_of_the_fields() -> None:
+    # The wire is [version, kind, {field: value}] in declaration order, as before msgspec.
+    message = p.Generate(request_id="r1", sampling=SAMPLING, deadline=1.5, prompt="hi",
+                         speculative=SpeculativeMode.LOOKUP)
+    sampling = {
+        "temperature": 0.0, "top_p": 0.9, "top_k": 5, "min_p": 0.1, "seed": 7, "max_tokens": 12,
+        "stop": ["\n", "END"], "presence_penalty": 0.5, "frequency_penalty": -0.5, "repeat_penalty": 1.1,
+        "repeat_last_n": 32, "logit_bias": [[42, -100.0], [7, 2.5]],
+    }
+    body = {"request_id": "r1", "sampling": sampling, "deadline": 1.5, "prompt": "hi", "messages": None,
+            "cache": True, "warm": False, "speculative": "lookup"}
+    assert p.encode(message) == _payload(p.PROTOCOL_VERSION, int(p.Kind.GENERATE), body)
+
+
+def test_sampling_defaults_are_the_configured_ones() -> None:
+    defaults = config.load(None, environ={}).sampling
+    sent = p.SamplingParams()
+    assert (sent.temperature, sent.top_p, sent.top_k, sent.min_p, sent.repeat_penalty, sent.repeat_last_n) == (
+        defaults.temperature, defaults.top_p, defaults.top_k, defaults.min_p, defaults.repeat_penalty,
+        defaults.repeat_last_n,
+    )
