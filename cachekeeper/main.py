@@ -7,9 +7,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
-from reame.cachekeeper.server import BindError, Keeper
+from reame.cachekeeper.server import Keeper
 from reame.cachekeeper.store import Store, StoreLocked
 from reame.shared.config import Config
+from reame.shared.endpoints import BindError
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
 
 log = logging.getLogger("cachekeeper")

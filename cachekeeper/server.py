@@ -20,11 +20,11 @@ from typing import Final
 import zmq
 
 from reame.cachekeeper import writer as w
-from reame.cachekeeper.entry import CorruptEntry
 from reame.cachekeeper.puts import Accepted, Failed, FinishedPut, PartialPuts, Progress, Reason
 from reame.cachekeeper.store import ReadHandle, Store
 from reame.shared import endpoints
 from reame.shared import protocol as p
+from reame.shared.kv_entry import CorruptEntry
 from reame.shared.lifecycle import StopFlag
 from reame.shared.prefix import HASH_BYTES, is_entry_key
 
@@ -40,10 +40,6 @@ MAX_LOOKUP_BLOCKS: Final = 1 << 16
 # How long shutdown waits for the write (or verify step) under way.
 WRITER_GRACE_S: Final = 10.0
 _REASON_CHARS: Final = 200
-
-
-class BindError(Exception):
-    """The cachekeeper cannot listen on its address."""
 
 
 @dataclasses.dataclass
@@ -102,12 +98,8 @@ class Keeper:
         self._bound = False
 
     def bind(self) -> None:
-        """Listen on the address; raise :class:`BindError` with a clear message if impossible."""
-        try:
-            endpoints.prepare(self._address)
-            self._router.bind(self._address)
-        except (endpoints.EndpointError, zmq.ZMQError) as err:
-            raise BindError(f"cannot bind to {self._address}: {err}") from err
+        """Listen on the address; raise ``endpoints.BindError`` if impossible."""
+        endpoints.bind(self._router, self._address, "the cachekeeper")
         self._bound = True
 
     def run(self, stop: StopFlag) -> None:

@@ -31,10 +31,6 @@ FAREWELL_LINGER_MS: Final = 250
 MAX_POLL_MS: Final = math.ceil(protocol.HEARTBEAT_INTERVAL_S * 1000)
 
 
-class BindError(Exception):
-    """The dispatcher cannot listen on one of its addresses."""
-
-
 class Broker:
     """Own the frontend and backend sockets and run the mediation loop."""
 
@@ -61,15 +57,11 @@ class Broker:
         self._linger_ms = 0
 
     def bind(self) -> None:
-        """Bind both sockets; raise :class:`BindError` with a clear message if one cannot."""
+        """Bind both sockets; raise ``endpoints.BindError`` if one cannot."""
         for dest, sock in ((Dest.CLIENT, self._frontend), (Dest.WORKER, self._backend)):
             address = self._addresses[dest]
             side = "frontend" if dest is Dest.CLIENT else "backend"
-            try:
-                endpoints.prepare(address)
-                sock.bind(address)
-            except (endpoints.EndpointError, zmq.ZMQError) as err:
-                raise BindError(f"cannot bind the {side} to {address}: {err}") from err
+            endpoints.bind(sock, address, f"the {side}")
             self._bound.append(address)
 
     def run(self, stop: StopFlag) -> None:

@@ -6,8 +6,9 @@ import logging
 import time
 from collections.abc import Sequence
 
-from reame.dispatcher.broker import BindError, Broker
+from reame.dispatcher.broker import Broker
 from reame.dispatcher.scheduler import Scheduler
+from reame.shared.endpoints import BindError
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
 
 log = logging.getLogger("dispatcher")

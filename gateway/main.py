@@ -9,7 +9,6 @@ SIGTERM/SIGINT are gunicorn's: stop accepting, finish the requests in flight
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import socket
@@ -22,9 +21,8 @@ from gunicorn.app.base import BaseApplication
 
 from reame.gateway.app import create_app
 from reame.gateway.client import Dispatcher
-from reame.shared import logs
-from reame.shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
-from reame.shared.lifecycle import EXIT_BOOT_FAILURE
+from reame.shared.config import CONFIG_PATH_ENV, Config
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE, boot
 
 log = logging.getLogger("gateway")
 
@@ -94,18 +92,10 @@ def check_bind(host: str, port: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the gateway until SIGTERM/SIGINT; return the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="python -m reame.gateway", description="Run reame's OpenAI-compatible HTTP gateway."
-    )
-    parser.add_argument("--config", metavar="FILE", help="reame config file (default: built-in defaults)")
-    args = parser.parse_args(argv)
-    try:
-        config = load(args.config)
-    except ConfigError as err:
-        logs.setup("gateway", "info")
-        log.error("cannot start: %s", err)
+    booted = boot("gateway", "Run reame's OpenAI-compatible HTTP gateway.", argv)
+    if booted is None:
         return EXIT_BOOT_FAILURE
-    logs.setup("gateway", config.logging.level)
+    args, config = booted
     if args.config is not None:
         os.environ[CONFIG_PATH_ENV] = os.path.abspath(args.config)  # for anything the workers start
     try:

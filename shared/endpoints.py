@@ -15,11 +15,26 @@ import stat
 from pathlib import Path
 from typing import Final
 
+import zmq
+
 IPC_PREFIX: Final = "ipc://"
 
 
 class EndpointError(OSError):
     """An address that cannot be bound."""
+
+
+class BindError(Exception):
+    """A process cannot listen on one of its addresses; its message says which and why."""
+
+
+def bind(sock: zmq.Socket[bytes], address: str, what: str) -> None:
+    """Make ``address`` bindable and bind ``sock`` to it; raise :class:`BindError` naming ``what``."""
+    try:
+        prepare(address)
+        sock.bind(address)
+    except (EndpointError, zmq.ZMQError) as err:
+        raise BindError(f"cannot bind {what} to {address}: {err}") from err
 
 
 def ipc_path(address: str) -> Path | None:

@@ -72,7 +72,7 @@ def boot(
     Returns None after logging why the configuration cannot be used; the caller then
     exits with EXIT_BOOT_FAILURE.
     """
-    parser = argparse.ArgumentParser(prog=f"python -m {process}", description=description)
+    parser = argparse.ArgumentParser(prog=f"python -m reame.{process}", description=description)
     parser.add_argument(
         "--config", metavar="FILE",
         help=f"configuration file (default: ${CONFIG_PATH_ENV}, else built-in defaults)",

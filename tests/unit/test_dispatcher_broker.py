@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import zmq
 
-from reame.dispatcher.broker import BindError, Broker
+from reame.dispatcher.broker import Broker
 from reame.dispatcher.main import main
 from reame.dispatcher.scheduler import Scheduler
 from reame.shared import endpoints
@@ -153,7 +153,7 @@ def test_second_dispatcher_on_the_same_address_cannot_bind(run_dir: Path) -> Non
     first.bind()
     second = Broker(frontend, backend, Scheduler(queue_size=1, now=0.0))
     try:
-        with pytest.raises(BindError, match="in use"):
+        with pytest.raises(endpoints.BindError, match="in use"):
             second.bind()
     finally:
         second.close()
