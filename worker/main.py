@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model.close()
         return EXIT_BOOT_FAILURE
     try:
-        speculation = speculative.from_config(config, model)
+        speculation = speculative.from_config(config, model, fingerprint)
     except ModelError as err:
         log.error("cannot load the draft model: %s", err)
         model.close()

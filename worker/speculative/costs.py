@@ -1,10 +1,12 @@
-"""Measure, at start-up, what a verification batch costs against a one-token decode.
+"""Measure what a verification batch costs against a one-token decode.
 
 The ratio decides whether speculation can pay (worker.speculative.adaptive), and
 it depends on the model and the machine: 9 tokens cost 2.9 one-token decodes on
 the 1.5B benchmark model, 4.0 on the 135M default model. Each size is decoded a
 few times after a short context, interleaved so that load from other processes
-hits every size alike, and the fastest time counts.
+hits every size alike, and the fastest time counts. Even so the result varies with
+the load, so a worker measures only when no other worker or earlier run has kept
+costs for the same model, build, machine and config (worker.speculative.cost_file).
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ from typing import Final
 
 from reame.shared.config import Config
 from reame.shared.modes import SpeculativeMode, choices
+from reame.worker.fingerprint import model_fingerprint
 from reame.worker.kv import KvCache
 from reame.worker.model import Model, ModelError
-from reame.worker.speculative import costs
+from reame.worker.speculative import cost_file, costs
 from reame.worker.speculative.adaptive import (
     DEFAULT_COSTS,
     LookupController,
@@ -78,6 +79,8 @@ class Speculation:
         self.costs: StepCosts = DEFAULT_COSTS
         self.available = True  # False when the target's cache cannot drop positions
         self.counters = Counters()
+        # Where the costs are kept for every worker and restart (None: measured by this worker alone).
+        self.kept: tuple[Path | None, cost_file.CostKey] | None = None
 
     def resolve(self, asked: SpeculativeMode | None) -> SpeculativeMode:
         """Return the mode a request runs in; raise :class:`SpeculationError` for a bad request.
@@ -113,7 +116,11 @@ class Speculation:
             log.warning("this model's KV cache cannot drop positions: speculative decoding is off")
             self.available = False
             return
-        self.costs = costs.measure(target, self.draft_min, self.draft_max, filler, n_batch, self.draft_kv)
+
+        def measure() -> StepCosts:
+            return costs.measure(target, self.draft_min, self.draft_max, filler, n_batch, self.draft_kv)
+
+        self.costs = measure() if self.kept is None else cost_file.load_or_measure(*self.kept, measure)
         log.info(
             "speculative decoding: default %s, drafts of %d to %d; batch costs in one-token decodes: %s%s",
             self.mode, self.draft_min, self.draft_max,
@@ -170,13 +177,31 @@ def load_draft(config: Config, target: Model) -> Model | None:
     return draft
 
 
-def from_config(config: Config, target: Model) -> Speculation:
-    """Build a worker's speculation from its configuration (loads the draft model, if any)."""
+def from_config(config: Config, target: Model, fingerprint: bytes | None = None) -> Speculation:
+    """Build a worker's speculation from its configuration (loads the draft model, if any).
+
+    With the target's ``fingerprint``, the step costs are kept on disk (worker.speculative.cost_file).
+    """
     section = config.speculative
     draft = load_draft(config, target)
     try:
-        return Speculation(section.mode, section.draft_min, section.draft_max, draft)
-    except ValueError as err:
+        speculation = Speculation(section.mode, section.draft_min, section.draft_max, draft)
+        if fingerprint is not None:
+            speculation.kept = (cost_file.directory(config), cost_key(config, target, fingerprint, draft))
+        return speculation
+    except (ValueError, OSError) as err:
         if draft is not None:
             draft.close()
         raise ModelError(str(err)) from err
+
+
+def cost_key(config: Config, target: Model, fingerprint: bytes, draft: Model | None) -> cost_file.CostKey:
+    """Everything the measured costs depend on (n_batch as the context got it: capped to n_ctx)."""
+    import llama_cpp
+
+    draft_print = model_fingerprint(draft.path, draft.kv_type, draft.flash_attn).hex() if draft is not None else ""
+    return cost_file.CostKey(
+        model=fingerprint.hex(), draft_model=draft_print, threads=config.workers.threads, n_batch=target.n_batch,
+        draft_min=config.speculative.draft_min, draft_max=config.speculative.draft_max,
+        llama_cpp=llama_cpp.__version__, cpu=cost_file.this_cpu(),
+    )
