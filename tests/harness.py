@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import openai
 from tests.waiting import PATIENCE_S, wait_for
 
 READY_TIMEOUT_S = 120.0
+EXIT_TIMEOUT_S = 30.0
 
 
 def free_port() -> int:
@@ -127,15 +127,16 @@ class Server:
         return parsed
 
     def wait_ready(self, workers: int, timeout: float = READY_TIMEOUT_S) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready_state() -> dict[str, Any] | None:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"reame serve exited with {self.proc.returncode}:\n{self.log()}")
             state = self.ready()
-            if state is not None and state.get("workers", 0) >= workers:
-                return state
-            time.sleep(0.2)
-        raise RuntimeError(f"reame serve not ready with {workers} workers in {timeout} s:\n{self.log()}")
+            return state if state is not None and state.get("workers", 0) >= workers else None
+
+        try:
+            return wait_for(ready_state, timeout, interval=0.2, what=f"reame serve to be ready with {workers} workers")
+        except AssertionError as err:
+            raise RuntimeError(f"{err}:\n{self.log()}") from None
 
     def workers(self) -> list[int]:
         return [pid for pid in descendants(self.proc.pid) if " -m reame.worker " in cmdline(pid) + " "]
@@ -153,9 +154,9 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(alive(pid) for pid in family):
-            time.sleep(0.1)
+        # Children die with the supervisor (PR_SET_PDEATHSIG); a busy machine may take a while to reap them.
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: not any(alive(pid) for pid in family), EXIT_TIMEOUT_S, interval=0.1, what="the children")
         left = [pid for pid in family if alive(pid)]
         for pid in left:
             with contextlib.suppress(OSError):
@@ -212,4 +213,4 @@ def wait_for_entries(server: Server, count: int, timeout: float = PATIENCE_S) ->
         last.update(cache_stats(server))
         return last if last["entries"] >= count else None
 
-    return wait_for(stored, timeout, interval=0.2, message=f"fewer than {count} cache entries: {last}")
+    return wait_for(stored, timeout, interval=0.2, what=f"{count} cache entries (last seen: {last})")

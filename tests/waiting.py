@@ -18,7 +18,7 @@ PATIENCE_S = 60.0
 
 
 def wait_for(
-    predicate: Callable[[], T | None], timeout: float = PATIENCE_S, interval: float = 0.02, message: str = ""
+    predicate: Callable[[], T | None], timeout: float = PATIENCE_S, interval: float = 0.02, what: str = "a condition"
 ) -> T:
     """Return ``predicate()``'s first truthy value; fail the test if none comes within ``timeout``."""
     deadline = time.monotonic() + timeout
@@ -27,5 +27,5 @@ def wait_for(
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(message or f"condition not met within {timeout} s: {predicate!r}")
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)

@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.harness import Server, cache_stats, cmdline, start_server, wait_for_entries
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -138,13 +138,11 @@ def test_requests_are_answered_while_the_cachekeeper_is_frozen_or_killed(cache_s
     answer, _, _ = ask(cache_server, QUESTIONS[2])
     assert answer
     # The supervisor starts a new cachekeeper; the cache works again.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def stored_again() -> bool:
         ask(cache_server, QUESTIONS[3])
-        if cache_stats(cache_server)["entries"] >= 1:
-            break
-        time.sleep(1)
-    assert cache_stats(cache_server)["entries"] >= 1
+        return bool(cache_stats(cache_server)["entries"] >= 1)
+
+    wait_for(stored_again, interval=1.0, what="the new cachekeeper to store an entry")
 
 
 def test_cache_cli_stats_verify_and_purge(cache_server: Server) -> None:

@@ -22,7 +22,7 @@ from reame.gateway.tokenizer import Tokenizer
 from reame.shared import config, protocol
 from reame.shared.model_file import model_path
 from reame.supervisor import cli
-from tests.unit.fakes import FakeDispatcher
+from tests.unit.fakes import LIVENESS_S, FakeDispatcher
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,8 @@ def fake() -> Iterator[FakeDispatcher]:
 @pytest.fixture
 def client(fake: FakeDispatcher) -> falcon.testing.TestClient:
     cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_MODEL_ALIAS": "m"})
-    return falcon.testing.TestClient(create_app(cfg, Dispatcher(fake.address, liveness_s=0.5, context=fake.context)))
+    dispatcher = Dispatcher(fake.address, liveness_s=LIVENESS_S, context=fake.context)
+    return falcon.testing.TestClient(create_app(cfg, dispatcher))
 
 
 def test_the_vocabulary_counts_tokens_like_the_model(tokenizer: Tokenizer) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import openai
 import pytest
 
 from tests.harness import Server, alive, cmdline, descendants, start_server
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -68,9 +68,7 @@ def test_killed_worker_gives_an_error_event_and_is_replaced(own_server: Server) 
     victim = workers_before[0]
     os.kill(victim, signal.SIGKILL)
     # The stream the victim served ends with an error event; cancel the other one.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(outcome.get("result") for outcome, _ in runs):
-        time.sleep(0.1)
+    wait_for(lambda: any(outcome.get("result") for outcome, _ in runs), interval=0.1, what="a stream to end")
     outcomes = [outcome for outcome, _ in runs]
     assert any(o.get("result") == "error" for o in outcomes), outcomes
     # A replacement worker attaches and the next request succeeds.
@@ -93,12 +91,8 @@ def test_frozen_worker_is_noticed_and_requests_still_succeed(own_server: Server)
                 model="m", messages=[{"role": "user", "content": f"Say {i}."}], max_tokens=4
             )
             assert reply.choices[0].finish_reason in ("stop", "length")
-        deadline = time.monotonic() + 30
-        state = own_server.ready() or {}
-        while time.monotonic() < deadline and state.get("workers") != 1:
-            time.sleep(0.2)
-            state = own_server.ready() or {}
-        assert state.get("workers") == 1, state
+        wait_for(lambda: (own_server.ready() or {}).get("workers") == 1, interval=0.2,
+                 what="the dispatcher to drop the frozen worker")
     finally:
         os.kill(frozen, signal.SIGCONT)
     # Woken up, it announces itself again.
@@ -112,13 +106,9 @@ def test_client_disconnect_cancels_generation(own_server: Server) -> None:
             if i == 3:
                 break
         stream.close()
-    # Both workers were given 3000 tokens of work; cancelled, they are idle again long before.
-    deadline = time.monotonic() + 30
-    state = own_server.ready() or {}
-    while time.monotonic() < deadline and state.get("idle_workers") != 2:
-        time.sleep(0.2)
-        state = own_server.ready() or {}
-    assert state.get("idle_workers") == 2, state
+    # Both workers were given 3000 tokens of work; cancelled, they are idle again at their next token.
+    wait_for(lambda: (own_server.ready() or {}).get("idle_workers") == 2, interval=0.2,
+             what="both workers to be idle again")
     assert "cancel" in own_server.log().lower()
 
 

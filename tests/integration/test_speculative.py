@@ -1,9 +1,11 @@
 """Speculative decoding on the real default model, and through the whole stack.
 
 llama.cpp computes a one-token batch and a multi-token batch with different
-kernels, so a verified draft may tip a near-tie the other way: greedy output
-must equal plain decoding on most prompts, and wherever it does not, plain
-decoding's top-two logit gap at the first difference must be a near tie.
+kernels, so a verified draft may tip a near-tie the other way. How many prompts
+meet such a tie depends on the CPU's kernels (AVX-512, AVX2, NEON differ), so no
+count is asserted; what holds on every CPU is checked instead: wherever greedy
+output differs from plain decoding, the speculative token at the first
+difference scored within a near tie of plain decoding's choice there.
 Drafts are forced (no adaptive pay-off rule) where the point is to verify many
 of them; on this small model the adaptive rule seldom drafts at all.
 """
@@ -18,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from reame.shared.config import load
@@ -107,8 +110,26 @@ def run(
     return tokens, "".join(m.text for m in out if isinstance(m, Delta)), done
 
 
-def plain_gaps(engine: Engine, request: str | list[ChatMessage], count: int) -> list[float]:
-    """Decode greedily one token at a time, as the plain path does; return the top-two gap at each step."""
+def first_difference(a: list[int], b: list[int]) -> int:
+    """Return the first index where ``a`` and ``b`` differ (the shorter length if one is a prefix)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def assert_near_tie(engine: Engine, request: str | list[ChatMessage], plain: list[int], spec: list[int]) -> None:
+    """Assert that where ``spec`` leaves ``plain``, plain decoding scored the speculative token nearly as high."""
+    at = first_difference(spec, plain)
+    logits = plain_logits(engine, request, at + 1)[at]
+    chosen = int(np.argmax(logits))
+    # A shorter answer ended there (end of generation): compare plain's top two instead.
+    other = spec[at] if at < len(spec) else int(np.argsort(logits)[-2])
+    margin = float(logits[chosen] - logits[other])
+    assert margin < NEAR_TIE, (
+        f"{request!r}: differs at token {at}, where plain decoding scored {chosen} above {other} by {margin:.2f}"
+    )
+
+
+def plain_logits(engine: Engine, request: str | list[ChatMessage], count: int) -> list[npt.NDArray[np.float32]]:
+    """Decode greedily one token at a time, as the plain path does; return the logits at each step."""
     model = engine.model
     if isinstance(request, str):
         prompt = model.tokenize(request, add_special=True)
@@ -119,34 +140,28 @@ def plain_gaps(engine: Engine, request: str | list[ChatMessage], count: int) -> 
     kv = engine.kv
     kv.reset()
     kv.append(prompt, logits_last=True)
-    gaps = []
+    steps = []
     for _ in range(count):
-        logits = kv.logits(-1)
-        top = np.sort(logits)[-2:]
-        gaps.append(float(top[1] - top[0]))
+        logits = np.array(kv.logits(-1), copy=True)
+        steps.append(logits)
         kv.append((int(np.argmax(logits)),), logits_last=True)
     kv.reset()
-    return gaps
+    return steps
 
 
 def test_greedy_lookup_equals_plain_but_for_near_ties(forced: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     greedy = SamplingParams(temperature=0.0, max_tokens=40)
-    same = drafted = 0
+    drafted = 0
     for request in PROMPTS:
         plain, plain_text, plain_done = run(forced, request, SpeculativeMode.OFF, greedy, monkeypatch)
         spec, spec_text, done = run(forced, request, SpeculativeMode.LOOKUP, greedy, monkeypatch)
         drafted += done.draft_tokens
         assert done.accepted_draft_tokens <= done.draft_tokens
         if spec == plain:
-            same += 1
             assert (spec_text, done.finish_reason) == (plain_text, plain_done.finish_reason)
-            continue
-        at = next(i for i, (a, b) in enumerate(zip(spec, plain, strict=False)) if a != b) if min(
-            len(spec), len(plain)) else 0
-        gap = plain_gaps(forced, request, at + 1)[at]
-        assert gap < NEAR_TIE, f"{request!r}: differs at token {at} where plain decoding's margin is {gap:.2f}"
+        else:
+            assert_near_tie(forced, request, plain, spec)
     assert drafted > 100
-    assert same >= len(PROMPTS) - 2
 
 
 def test_greedy_model_mode_equals_plain_but_for_near_ties(model: Model, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,19 +170,14 @@ def test_greedy_model_mode_equals_plain_but_for_near_ties(model: Model, monkeypa
     try:
         engine = Engine(model, speculation=Speculation(SpeculativeMode.OFF, 1, 6, draft=draft, adaptive=False))
         greedy = SamplingParams(temperature=0.0, max_tokens=32)
-        same = 0
         accepted = drafted = 0
         for request in PROMPTS[:5]:
             plain, _, _ = run(engine, request, SpeculativeMode.OFF, greedy, monkeypatch)
             spec, _, done = run(engine, request, SpeculativeMode.MODEL, greedy, monkeypatch)
             accepted += done.accepted_draft_tokens
             drafted += done.draft_tokens
-            if spec == plain:
-                same += 1
-                continue
-            at = next(i for i, (a, b) in enumerate(zip(spec, plain, strict=False)) if a != b)
-            assert plain_gaps(engine, request, at + 1)[at] < NEAR_TIE
-        assert same >= 4
+            if spec != plain:
+                assert_near_tie(engine, request, plain, spec)
         assert drafted > 50 and accepted > 0.8 * drafted
     finally:
         draft.close()

@@ -127,7 +127,7 @@ class StoreKeeper:
         return p.CacheStored(put.request_id, True)
 
     def wait_for_entries(self, n: int) -> None:
-        wait_for(lambda: self.store.stats().entries >= n, WAIT_S, message="the state was never stored")
+        wait_for(lambda: self.store.stats().entries >= n, WAIT_S, what="the state to be stored")
 
     def close(self) -> None:
         self._stop.set()
@@ -277,7 +277,7 @@ def test_damage_in_transit_is_caught_by_the_worker(
     assert engine.cache is not None and isinstance(engine.cache.service, CacheClient)
     assert engine.cache.service.counters.corrupt == 1
     # The report travels on its own.
-    wait_for(lambda: keeper.store.stats().corrupt >= 1, WAIT_S, message="the damage was never reported")
+    wait_for(lambda: keeper.store.stats().corrupt >= 1, WAIT_S, what="the damage to be reported")
 
 
 def test_a_state_llama_cpp_refuses_is_recomputed_and_reported(
@@ -299,7 +299,7 @@ def test_a_state_llama_cpp_refuses_is_recomputed_and_reported(
     fresh = fresh_engine()
     text, done = ask(fresh, DOCUMENT + QUESTION_B)
     assert (text, done.cached_tokens) == (reference[QUESTION_B], 0)
-    wait_for(lambda: not keeper.store.contains(header.key()), WAIT_S, message="the refused entry was never reported")
+    wait_for(lambda: not keeper.store.contains(header.key()), WAIT_S, what="the refused entry to be reported")
 
 
 def test_warm_then_query(keeper: StoreKeeper, fresh_engine: EngineFactory, reference: dict[str, str]) -> None:

@@ -34,6 +34,9 @@ CONFIG = config.load(
     }
 )
 WAIT_S = 30.0  # upper bound for things that should happen at once; generous for a busy machine
+# How long the gateway waits for the fake before calling it dead: the fake always answers or
+# heartbeats (every 20 ms), so this is only an upper bound for a busy machine.
+LIVENESS_S = 10.0
 
 
 class FakeDispatcher:
@@ -110,7 +113,7 @@ class FakeDispatcher:
                 self._socket.send_multipart([identity, protocol.encode(status)])
 
 
-def make_app(fake: FakeDispatcher, liveness_s: float = 0.5) -> falcon.App[falcon.Request, falcon.Response]:
+def make_app(fake: FakeDispatcher, liveness_s: float = LIVENESS_S) -> falcon.App[falcon.Request, falcon.Response]:
     return create_app(CONFIG, Dispatcher(fake.address, liveness_s=liveness_s, context=fake.context))
 
 

@@ -9,8 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +23,10 @@ from reame.shared.kv_entry import EntryHeader, encode_payload
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE
 from reame.shared.prefix import entry_key
 from reame.supervisor import cli
+from tests.waiting import PATIENCE_S, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_S = 15.0
+TIMEOUT_S = PATIENCE_S  # an upper bound for a busy machine: only a failure waits it out
 FP = b"fp"
 
 
@@ -66,14 +66,6 @@ def store_entry(directory: Path, tokens: list[int], raw: bytes) -> str:
         return header.key()
 
 
-def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def start(conf: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-P", "-m", "reame.cachekeeper", "--config", str(conf)], env=env,
@@ -103,7 +95,7 @@ def test_the_process_serves_reports_and_stops_cleanly(top: Path, capsys: pytest.
     proc = start(conf)
     socket_file = top / "run" / "cache.ipc"
     try:
-        wait_for(lambda: socket_file.exists() or proc.poll() is not None, "the socket")
+        wait_for(lambda: socket_file.exists() or proc.poll() is not None, what="the socket")
         assert proc.poll() is None
         assert oct((top / "run").stat().st_mode & 0o777) == "0o700"
 

@@ -21,10 +21,11 @@ from reame.shared import kv_entry
 from reame.shared import protocol as p
 from reame.shared.lifecycle import StopFlag
 from reame.shared.prefix import block_hashes, entry_key
+from tests.waiting import PATIENCE_S
 
 FP = b"model-fingerprint"
 BT = 4
-TIMEOUT_S = 10.0
+TIMEOUT_S = PATIENCE_S  # an upper bound for a busy machine: only a failure waits it out
 MIB = 1 << 20
 
 

@@ -25,7 +25,7 @@ from reame.gateway.tokenizer import Tokenizer, TokenizerError
 from reame.gateway.validation import parse_chat, parse_completion, parse_warm
 from reame.shared import config, protocol
 from reame.supervisor import cli
-from tests.unit.fakes import FakeDispatcher
+from tests.unit.fakes import LIVENESS_S, FakeDispatcher
 
 DEFAULTS = config.load(environ={}).sampling
 # A model file that does not exist: the gateway then estimates token counts.
@@ -94,7 +94,8 @@ def test_the_saving_counter_adds_up_compressed_requests() -> None:
 @pytest.fixture
 def client(fake: FakeDispatcher) -> falcon.testing.TestClient:
     cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_MODEL_ALIAS": "m", **NO_VOCABULARY})
-    return falcon.testing.TestClient(create_app(cfg, Dispatcher(fake.address, liveness_s=0.5, context=fake.context)))
+    dispatcher = Dispatcher(fake.address, liveness_s=LIVENESS_S, context=fake.context)
+    return falcon.testing.TestClient(create_app(cfg, dispatcher))
 
 
 def test_streamed_and_completion_usage_report_the_saving_too(

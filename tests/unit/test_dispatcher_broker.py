@@ -26,9 +26,10 @@ from reame.dispatcher.scheduler import Scheduler
 from reame.shared import endpoints
 from reame.shared import protocol as p
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag
+from tests.waiting import PATIENCE_S, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_S = 10.0
+TIMEOUT_S = PATIENCE_S  # an upper bound for a busy machine: only a failure waits it out
 
 
 @pytest.fixture
@@ -74,14 +75,6 @@ def restore_process_state() -> Iterator[None]:
     root.handlers[:], root.level = saved
 
 
-def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
 def receive(sock: zmq.Socket[Any]) -> p.Message:
     """Return the next message that is not a heartbeat."""
     deadline = time.monotonic() + TIMEOUT_S
@@ -116,7 +109,7 @@ def test_request_flows_from_client_to_worker_and_back(run_dir: Path, dealer: Dea
         client.send(b"\x00not msgpack")
         client.send_multipart([b"two", b"frames"])
         worker.send(p.encode(p.Heartbeat())[:-1])
-        wait_for(lambda: status(client).workers == 1, "the worker to register")
+        wait_for(lambda: status(client).workers == 1, what="the worker to register")
 
         request = p.Generate(request_id="r1", sampling=p.SamplingParams(), deadline=time.time() + 60,
                              prompt="hello")
@@ -202,7 +195,7 @@ def test_process_stops_cleanly_on_sigterm(run_dir: Path, tmp_path: Path) -> None
     proc = subprocess.Popen([sys.executable, "-P", "-m", "reame.dispatcher", "--config", str(conf)], env=env,
                             stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: (run_dir / "backend.ipc").exists() or proc.poll() is not None, "the sockets")
+        wait_for(lambda: (run_dir / "backend.ipc").exists() or proc.poll() is not None, what="the sockets")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=TIMEOUT_S)
     finally:

@@ -10,7 +10,7 @@ import zmq
 
 from reame.gateway.app import create_app
 from reame.gateway.client import Dispatcher
-from tests.unit.fakes import CONFIG, RETRY_AFTER, FakeDispatcher
+from tests.unit.fakes import CONFIG, LIVENESS_S, RETRY_AFTER, FakeDispatcher
 
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx2")
@@ -20,7 +20,7 @@ httpx = pytest.importorskip("httpx2")
 def client() -> Iterator[Any]:
     context: zmq.Context[Any] = zmq.Context()
     fake = FakeDispatcher(context)
-    app = create_app(CONFIG, Dispatcher(fake.address, liveness_s=0.5, context=context))
+    app = create_app(CONFIG, Dispatcher(fake.address, liveness_s=LIVENESS_S, context=context))
     http = httpx.Client(transport=httpx.WSGITransport(app=app))
     yield openai.OpenAI(base_url="http://gateway/v1", api_key="unused", http_client=http, max_retries=0)
     http.close()

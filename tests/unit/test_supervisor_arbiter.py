@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,9 +17,10 @@ import pytest
 from reame.shared.config import load
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE
 from reame.supervisor.arbiter import child_specs, describe_exit, port_open
+from tests.waiting import PATIENCE_S, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_S = 15.0
+TIMEOUT_S = PATIENCE_S  # an upper bound for a busy machine: only a failure waits it out
 
 # Runs the arbiter in its own process (it installs signal handlers and reaps
 # every child of its process), with the specs and grace period given as JSON.
@@ -47,14 +47,6 @@ time.sleep(120)
 
 def child(directory: Path, name: str, mode: str = "normal") -> list[str]:
     return [sys.executable, "-c", CHILD, str(directory), name, mode]
-
-
-def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def alive(pid: int) -> bool:
@@ -110,10 +102,10 @@ def test_killed_child_is_restarted_and_sigterm_leaves_no_child(
     tmp_path: Path, runs: Callable[..., Run]
 ) -> None:
     run = runs([("dispatcher", None, child(tmp_path, "d")), ("worker", 0, child(tmp_path, "w0"))])
-    wait_for(lambda: len(run.pids("d")) == 1 and len(run.pids("w0")) == 1, "both children to start")
+    wait_for(lambda: len(run.pids("d")) == 1 and len(run.pids("w0")) == 1, what="both children to start")
     (first,) = run.pids("w0")
     os.kill(first, signal.SIGKILL)
-    wait_for(lambda: len(run.pids("w0")) == 2, "the worker to be restarted")
+    wait_for(lambda: len(run.pids("w0")) == 2, what="the worker to be restarted")
     assert run.proc.poll() is None
 
     run.proc.send_signal(signal.SIGTERM)
@@ -146,7 +138,7 @@ def test_children_that_ignore_sigterm_are_killed_after_the_grace_period(
         [("dispatcher", None, child(tmp_path, "d", "stubborn")), ("gateway", None, child(tmp_path, "g"))],
         grace=0.5,
     )
-    wait_for(lambda: len(run.all_pids()) == 2, "both children to start")
+    wait_for(lambda: len(run.all_pids()) == 2, what="both children to start")
     run.proc.send_signal(signal.SIGINT)
     code, err = run.finish()
     assert code == 0, err

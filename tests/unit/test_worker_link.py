@@ -11,9 +11,10 @@ import zmq
 
 from reame.shared import protocol as p
 from reame.worker.link import Link
+from tests.waiting import PATIENCE_S
 
 HELLO = p.Ready(worker_id="w0-1", pid=1, model="m", n_ctx=128)
-WAIT_S = 5.0  # upper bound for anything to arrive; tests never sleep for it
+WAIT_S = PATIENCE_S  # upper bound for anything to arrive; tests never sleep for it
 _ids = itertools.count()
 
 
