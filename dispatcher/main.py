@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _, config = booted
     stop = StopFlag()
     stop.install()
-    scheduler = Scheduler(config.server.queue_size, time.time())
+    scheduler = Scheduler(config.server.queue_size, time.time(), lend_threads=config.workers.lend_threads)
     broker = Broker(config.frontend_address, config.backend_address, scheduler)
     try:
         broker.bind()

@@ -8,17 +8,16 @@ The rules, as in the ZeroMQ guide's load-balancing broker with paranoid-pirate
 heartbeats:
 
 - A worker is registered by Ready and starts idle. A Generate goes to the idle
-  worker whose last prompt shares the most text with it (dispatcher.affinity:
-  that worker reads only the rest), the longest idle among equals; with none
-  idle it waits in a bounded FIFO queue (full: OVERLOADED at once); with no
-  worker attached at all it fails with NO_WORKERS at once.
-- Prefix affinity: when a busy worker holds (or is reading right now) at least
-  MIN_SHARE_CHARS more of a request's text than any idle one, the request waits
-  for that worker rather than have the document read a second time, but only
-  for as long as reading that text again would take (AFFINITY_SLACK times the
-  estimate from the prefill rate the dispatcher observes); then any idle worker
-  takes it. So questions about one new document, arriving together or back to
-  back, cause one prefill.
+  worker whose last prompt shares the most text with it (that worker reads only
+  the rest), the longest idle among equals; with none idle it waits in a
+  bounded FIFO queue (full: OVERLOADED at once); with no worker attached at all
+  it fails with NO_WORKERS at once.
+- A request may wait, even with workers idle, for a busy worker that holds or
+  is reading much more of its text, within a bound (dispatcher.placement), so
+  questions about one new document, back to back or all at once, cause one
+  prefill. A queued request that waits for a worker is given to it first.
+- Busy workers borrow the threads of idle workers on their host
+  (dispatcher.threads), when ``lend_threads`` is on.
 - Delta is forwarded to the request's client and marks the request started
   (its output can no longer be replayed). Done and Error are forwarded and free
   the worker, which takes the next queued request.
@@ -38,7 +37,8 @@ import enum
 import logging
 from typing import Final, NamedTuple
 
-from reame.dispatcher import affinity
+from reame.dispatcher import affinity, threads
+from reame.dispatcher.placement import MIN_SHARE_CHARS, Placement
 from reame.shared import protocol as p
 
 log = logging.getLogger(__name__)
@@ -46,17 +46,6 @@ log = logging.getLogger(__name__)
 # A request whose worker died before any output gets one more worker; a prompt
 # that kills every worker it reaches must not go round the pool forever.
 MAX_DISPATCHES: Final = 2
-# Less shared text than this is read again sooner than it is worth waiting for.
-MIN_SHARE_CHARS: Final = 1024
-# A waiting request's holder may still be reading the document and then has to answer;
-# waiting for it is worth up to this many times the reading it saves.
-AFFINITY_SLACK: Final = 2.0
-MAX_AFFINITY_WAIT_S: Final = 60.0
-# Prefill speed, in characters a second, until one is observed: about 50 tokens/s, a 1.5B
-# model on a slow core. Erring slow makes the first waits long rather than in vain.
-DEFAULT_PREFILL_CHARS_PER_S: Final = 200.0
-RATE_MIN_CHARS: Final = 2048  # a shorter prefill says more about latency than about speed
-RATE_WEIGHT: Final = 0.3  # of a new observation in the running estimate
 
 
 class Dest(enum.Enum):
@@ -78,7 +67,9 @@ class _Worker:
     name: str  # for logs: "worker_id (pid N)"
     expiry: float
     request_id: str | None = None
-    holds: affinity.Chain = ()  # the prompt whose KV state it holds, or is computing
+    threads: int = 1  # its own
+    host: str = ""
+    lent: int = 1  # the threads it was last told to use
 
 
 @dataclasses.dataclass
@@ -112,7 +103,9 @@ class Scheduler:
         *,
         interval: float = p.HEARTBEAT_INTERVAL_S,
         liveness: int = p.HEARTBEAT_LIVENESS,
+        lend_threads: bool = False,
     ) -> None:
+        self._lend = lend_threads
         self._queue_size = queue_size
         self._interval = interval
         self._ttl = interval * liveness
@@ -121,10 +114,7 @@ class Scheduler:
         self._requests: dict[str, _Request] = {}
         self._queue: collections.OrderedDict[str, None] = collections.OrderedDict()  # FIFO
         self._heartbeat_at = now + interval
-        self._prefill_rate = DEFAULT_PREFILL_CHARS_PER_S  # characters a second, observed
-        self._rate_observed = False
-        self.affinity_hits = 0  # requests sent to a worker holding at least MIN_SHARE_CHARS of them
-        self.affinity_waits = 0  # requests that waited for a busy worker holding their text
+        self.placement = Placement()
 
     @property
     def next_heartbeat_at(self) -> float:
@@ -138,6 +128,10 @@ class Scheduler:
             idle_workers=len(self._idle),
             queued=len(self._queue),
             running=len(self._requests) - len(self._queue),
+            full_prefills=self.placement.counters.full_prefills,
+            reused_from_memory=self.placement.counters.reused_from_memory,
+            reused_from_store=self.placement.counters.reused_from_store,
+            affinity_waits=self.placement.counters.affinity_waits,
         )
 
     # -- events from workers -------------------------------------------------
@@ -169,7 +163,8 @@ class Scheduler:
             # The same identity announcing itself again has restarted: whatever
             # it was running is gone.
             sends += self._remove_worker(known, now, "announced itself again")
-        worker = _Worker(identity, f"{ready.worker_id} (pid {ready.pid})", now + self._ttl)
+        worker = _Worker(identity, f"{ready.worker_id} (pid {ready.pid})", now + self._ttl,
+                         threads=ready.threads, host=ready.host, lent=ready.threads)
         self._workers[identity] = worker
         self._idle[identity] = None
         log.info(
@@ -203,13 +198,10 @@ class Scheduler:
             log.debug("dropped end of unknown request %r from %s", message.request_id, worker.name)
             return []
         del self._requests[request.request_id]
-        if isinstance(message, p.Error):
-            worker.holds = ()  # it may have stopped anywhere in the prompt
-        else:
-            self._observe_prefill(request, message)
+        self.placement.finished(worker.identity, request.chain, message if isinstance(message, p.Done) else None)
         worker.request_id = None
         self._idle[worker.identity] = None
-        return [Send(Dest.CLIENT, request.client, message), *self._dispatch_queued(now)]
+        return [Send(Dest.CLIENT, request.client, message), *self._dispatch_queued(now), *self._lend_threads()]
 
     # -- events from clients -------------------------------------------------
 
@@ -244,7 +236,7 @@ class Scheduler:
             worker = self._choose(request, now, can_wait=room)
             if worker is not None:
                 self._requests[request_id] = request
-                return [self._assign(request, worker, now)]
+                return self._assign(request, worker, now)
         elif not room:
             return [_error(client, request_id, p.ErrorCode.OVERLOADED,
                            f"all {len(self._workers)} worker(s) are busy and "
@@ -323,65 +315,44 @@ class Scheduler:
 
         Sets ``request.prefer`` to the busy worker worth waiting for, if any.
         """
-        best_idle, idle_share = None, -1
-        for identity in self._idle:  # oldest first: the longest idle wins a tie
-            share = affinity.shared_chars(self._workers[identity].holds, request.chain)
-            share = share if share >= MIN_SHARE_CHARS else 0  # a common preamble is no reason to prefer
-            if share > idle_share:
-                best_idle, idle_share = identity, share
-        holder, gain = self._busy_holder(request, max(idle_share, 0))
-        if holder is not None and can_wait:
+        placement = self.placement
+        best_idle, idle_share = placement.best(self._idle, request.chain)  # oldest first wins a tie
+        busy = (w for w in self._workers if w not in self._idle)
+        holder, held = placement.best(busy, request.chain)
+        if holder is not None and held - idle_share >= MIN_SHARE_CHARS and can_wait:
             if request.prefer != holder:
                 request.prefer = holder
-                request.prefer_until = now + min(
-                    MAX_AFFINITY_WAIT_S, AFFINITY_SLACK * gain / self._prefill_rate
-                )
-                self.affinity_waits += 1
+                request.prefer_until = now + placement.wait_bound(held - idle_share)
+                placement.counters.affinity_waits += 1
             if now < min(request.prefer_until, request.generate.deadline):
                 return None
         request.prefer = None
         return best_idle
 
-    def _busy_holder(self, request: _Request, baseline: int) -> tuple[bytes | None, int]:
-        """Return the busy worker holding the most of ``request`` beyond ``baseline`` chars, and how much more."""
-        best, gain = None, MIN_SHARE_CHARS - 1
-        for identity, worker in self._workers.items():
-            if identity in self._idle:
-                continue
-            more = affinity.shared_chars(worker.holds, request.chain) - baseline
-            if more > gain:
-                best, gain = identity, more
-        return best, gain if best is not None else 0
-
-    def _assign(self, request: _Request, identity: bytes, now: float) -> Send:
+    def _assign(self, request: _Request, identity: bytes, now: float) -> list[Send]:
+        """Give ``request`` to the idle worker ``identity``; its thread share goes out first."""
         del self._idle[identity]
         worker = self._workers[identity]
-        shared = affinity.shared_chars(worker.holds, request.chain)
-        if shared >= MIN_SHARE_CHARS:
-            self.affinity_hits += 1
+        self.placement.assigned(identity, request.chain)
         worker.request_id = request.request_id
-        worker.holds = request.chain
         request.worker = identity
         request.dispatches += 1
         request.prefer = None
-        return Send(Dest.WORKER, identity, request.generate)
+        return [*self._lend_threads(), Send(Dest.WORKER, identity, request.generate)]
 
-    def _observe_prefill(self, request: _Request, done: p.Done) -> None:
-        """Learn the prefill rate from a request whose worker read much of its text.
-
-        The worker's own figures count what it read, not what it restored from the
-        store or kept in memory, and leave out the time the request spent queued.
-        """
-        read = done.prompt_tokens - done.cached_tokens
-        if not request.chain or done.prompt_tokens <= 0 or read <= 0 or done.prompt_ms <= 0:
-            return
-        fresh_chars = request.chain[-1].chars * read / done.prompt_tokens
-        if fresh_chars < RATE_MIN_CHARS:
-            return
-        rate = fresh_chars / (done.prompt_ms / 1000)
-        weight = RATE_WEIGHT if self._rate_observed else 1.0
-        self._prefill_rate += weight * (rate - self._prefill_rate)
-        self._rate_observed = True
+    def _lend_threads(self) -> list[Send]:
+        """Tell every busy worker whose share of its host's threads changed what it is now."""
+        if not self._lend:
+            return []
+        seats = (threads.Seat(w.identity, w.host, w.threads, w.request_id is not None)
+                 for w in self._workers.values())
+        sends = []
+        for identity, share in threads.allot(seats).items():
+            worker = self._workers[identity]
+            if worker.lent != share:
+                worker.lent = share
+                sends.append(Send(Dest.WORKER, identity, p.Threads(threads=share)))
+        return sends
 
     def _dispatch_queued(self, now: float) -> list[Send]:
         """Give idle workers queued requests: first those waiting for them, then in arrival order."""
@@ -409,10 +380,14 @@ class Scheduler:
             del self._requests[request_id]
             return [_error(request.client, request_id, p.ErrorCode.TIMEOUT,
                            "the request's deadline passed while it was queued")]
-        return [self._assign(request, worker, now)]
+        return self._assign(request, worker, now)
 
     def _remove_worker(self, worker: _Worker, now: float, reason: str) -> list[Send]:
+        return [*self._drop_worker(worker, now, reason), *self._lend_threads()]
+
+    def _drop_worker(self, worker: _Worker, now: float, reason: str) -> list[Send]:
         del self._workers[worker.identity]
+        self.placement.forget(worker.identity)
         self._idle.pop(worker.identity, None)
         log.info("worker %s lost (%s); %d worker(s) left", worker.name, reason, len(self._workers))
         if worker.request_id is None:

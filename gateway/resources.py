@@ -266,4 +266,10 @@ class Ready:
             "idle_workers": status.idle_workers,
             "queued": status.queued,
             "running": status.running,
+            "prefills": {
+                "full": status.full_prefills,
+                "reused_from_memory": status.reused_from_memory,
+                "reused_from_store": status.reused_from_store,
+                "waited_for_a_worker": status.affinity_waits,
+            },
         })

@@ -162,6 +162,7 @@ class ModelConfig:
 class WorkersConfig:
     count: int = key(_int(0, 256), "0")
     threads: int = key(_int(1, 256), "1")
+    lend_threads: bool = key(_bool, "true")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ Who sends what::
 
     gateway  --Generate/Cancel/StatusQuery-->  dispatcher  --Generate/Cancel-->  worker
     gateway  <--Delta/Done/Error/Status/Heartbeat--  dispatcher  <--Delta/Done/Error--  worker
-    worker   --Ready/Heartbeat/Disconnect-->  dispatcher  --Heartbeat-->  worker
+    worker   --Ready/Heartbeat/Disconnect-->  dispatcher  --Heartbeat/Threads-->  worker
 
     worker   --CacheLookup-->  cachekeeper  --CacheMiss | CacheHit + CacheChunk...-->  worker
     worker   --CachePut + CacheChunk...-->  cachekeeper  --CacheStored-->  worker
@@ -37,7 +37,7 @@ import msgspec
 from reame.shared.config import SamplingConfig, defaults
 from reame.shared.modes import SpeculativeMode
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 
 # Liveness, as in the ZeroMQ guide's paranoid pirate: a peer that has been silent
 # for HEARTBEAT_LIVENESS intervals is dead. Both sides send every interval.
@@ -69,6 +69,7 @@ class Kind(enum.IntEnum):
     CACHE_CORRUPT = 17
     CACHE_ADMIN = 18
     CACHE_REPORT = 19
+    THREADS = 20
 
 
 class ErrorCode(enum.StrEnum):
@@ -136,6 +137,8 @@ class Ready(_Struct, frozen=True):
     pid: int
     model: str
     n_ctx: int
+    threads: int = 1  # its own share of the cores: workers.threads
+    host: str = ""  # workers on one host lend each other their threads
 
 
 class Heartbeat(_Struct, frozen=True):
@@ -185,6 +188,7 @@ class Done(_Struct, frozen=True):
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens whose KV state was reused, not computed
+    restored_tokens: int = 0  # of those, the ones restored from the store (the rest were in memory)
     prompt_ms: float = 0.0  # time spent reading the prompt
     generation_ms: float = 0.0  # time from the first to the last token
     cache_saved: bool = False  # for warm requests: the prompt's state is in the store
@@ -210,11 +214,24 @@ class StatusQuery(_Struct, frozen=True):
 
 
 class Status(_Struct, frozen=True):
+    """The dispatcher's counts now, and its counters since it started."""
+
     KIND: ClassVar[Kind] = Kind.STATUS
     workers: int
     idle_workers: int
     queued: int
     running: int
+    full_prefills: int = 0  # requests that reused nothing of their prompt
+    reused_from_memory: int = 0  # requests that reused the prompt their worker held
+    reused_from_store: int = 0  # requests that restored a stored prefix
+    affinity_waits: int = 0  # requests that waited for the worker holding their document
+
+
+class Threads(_Struct, frozen=True):
+    """How many threads a worker may use from its next batch on: its own and idle neighbours'."""
+
+    KIND: ClassVar[Kind] = Kind.THREADS
+    threads: int
 
 
 class CacheLookup(_Struct, frozen=True):
@@ -319,7 +336,7 @@ class CacheReport(_Struct, frozen=True):
 Message = (
     Ready | Heartbeat | Disconnect | Generate | Delta | Done | Error | Cancel | StatusQuery | Status
     | CacheLookup | CacheMiss | CacheHit | CacheChunk | CachePut | CacheStored | CacheCorrupt
-    | CacheAdmin | CacheReport
+    | CacheAdmin | CacheReport | Threads
 )
 
 _CLASSES: Final[dict[Kind, type[Any]]] = {

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 from reame.shared.modes import SpeculativeMode
 from reame.shared.protocol import (
@@ -48,6 +48,13 @@ NO_TEMPLATE: Final = (
     "this model has no chat template (tokenizer.chat_template in its GGUF file); "
     "use the completions endpoint with a raw prompt"
 )
+
+
+class Reused(NamedTuple):
+    """Prompt tokens that were not computed: ``cached`` in all, ``restored`` of them from the store."""
+
+    cached: int
+    restored: int
 
 
 class RequestFailed(Exception):
@@ -148,17 +155,18 @@ class Engine:
         budget = self._budget(len(prompt), request.sampling.max_tokens, what)
         out = Output(rid, budget, TextStream(stops), self.model.piece, self.model.is_eog, send)
         if mode == SpeculativeMode.OFF or self.speculation is None:
-            cached, prefilled = self._plain(request, prompt, out, cancel)
+            reused, prefilled = self._plain(request, prompt, out, cancel)
             tally = Tally()
         else:
-            cached, prefilled, tally = self._speculative(self.speculation, mode, request, prompt, out, cancel)
+            reused, prefilled, tally = self._speculative(self.speculation, mode, request, prompt, out, cancel)
         finished = time.perf_counter()
         done = Done(
             request_id=rid,
             finish_reason=out.finish,
             prompt_tokens=len(prompt),
             completion_tokens=out.produced,
-            cached_tokens=cached,
+            cached_tokens=reused.cached,
+            restored_tokens=reused.restored,
             prompt_ms=(prefilled - started) * 1000.0,
             generation_ms=(finished - prefilled) * 1000.0,
             draft_tokens=tally.drafted,
@@ -166,11 +174,13 @@ class Engine:
         )
         return done, prompt
 
-    def _plain(self, request: Generate, prompt: list[int], out: Output, cancel: threading.Event) -> tuple[int, float]:
-        """Prefill, then sample and evaluate one token at a time; return (cached, prefill end)."""
+    def _plain(
+        self, request: Generate, prompt: list[int], out: Output, cancel: threading.Event
+    ) -> tuple[Reused, float]:
+        """Prefill, then sample and evaluate one token at a time; return what was reused, and the prefill end."""
         sampler = self._sampler(Sampler, request)
         try:
-            cached = self._prefill(prompt, request, cancel)
+            reused = self._prefill(prompt, request, cancel)
             sampler.feed_prompt(prompt)
             prefilled = time.perf_counter()
             while not out.ended:
@@ -181,17 +191,17 @@ class Engine:
             out.close()
         finally:
             sampler.close()
-        return cached, prefilled
+        return reused, prefilled
 
     def _speculative(
         self, speculation: Speculation, mode: SpeculativeMode, request: Generate, prompt: list[int], out: Output,
         cancel: threading.Event,
-    ) -> tuple[int, float, Tally]:
-        """Prefill, then decode with drafts (worker.speculative.loop); return (cached, prefill end, tally)."""
+    ) -> tuple[Reused, float, Tally]:
+        """Prefill, then decode with drafts (worker.speculative.loop); return what was reused, prefill end, tally."""
         chooser = self._sampler(TargetChooser, request)
         check = functools.partial(self._check, request, cancel)
         try:
-            cached = self._prefill(prompt, request, cancel)
+            reused = self._prefill(prompt, request, cancel)
             chooser.feed_prompt(prompt)
             drafter = speculation.drafter(mode, self.model.n_batch)
             drafter.begin(prompt, check)
@@ -202,7 +212,7 @@ class Engine:
         finally:
             chooser.close()
         speculation.count(tally, controller)
-        return cached, prefilled, tally
+        return reused, prefilled, tally
 
     def _sampler(self, kind: type[_S], request: Generate) -> _S:
         try:
@@ -225,7 +235,7 @@ class Engine:
         started = time.perf_counter()
         prompt, what, _ = self._prompt(request)
         self._budget(len(prompt), None, what)
-        cached = self._prefill(prompt, request, cancel)
+        reused = self._prefill(prompt, request, cancel)
         saved = False
         if self.cache is not None and request.cache:
             saved = self.cache.save(self.kv, prompt, warm=True)
@@ -234,7 +244,8 @@ class Engine:
             finish_reason=FinishReason.STOP,
             prompt_tokens=len(prompt),
             completion_tokens=0,
-            cached_tokens=cached,
+            cached_tokens=reused.cached,
+            restored_tokens=reused.restored,
             prompt_ms=(time.perf_counter() - started) * 1000.0,
             cache_saved=saved,
         )
@@ -294,9 +305,9 @@ class Engine:
             )
         return max(max_tokens, 0)
 
-    def _prefill(self, prompt: list[int], request: Generate, cancel: threading.Event) -> int:
+    def _prefill(self, prompt: list[int], request: Generate, cancel: threading.Event) -> Reused:
         """Bring the KV cache to ``prompt``; return how many tokens were not computed."""
-        cached = self.kv.keep_prefix_of(prompt)
+        cached = in_memory = self.kv.keep_prefix_of(prompt)
         stored = 0
         if self.cache is not None and request.cache:
             self._check(request, cancel)
@@ -306,7 +317,8 @@ class Engine:
             self._check(request, cancel)
             self.kv.append(prompt[start:end], logits_last=end == len(prompt))
         self.kv.mark_stored(stored)
-        return cached
+        # A restore replaces the whole cache: what it brings is counted as from the store.
+        return Reused(cached, cached if cached > in_memory else 0)
 
     def _check(self, request: Generate, cancel: threading.Event) -> None:
         """Stop before the next decode if the request was cancelled, timed out or must yield."""

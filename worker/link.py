@@ -27,6 +27,7 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Final
 
 import zmq
@@ -44,6 +45,7 @@ from reame.shared.protocol import (
     Heartbeat,
     Message,
     Ready,
+    Threads,
 )
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,7 @@ _QUIT: Final = b"q"  # say goodbye to the dispatcher and stop
 # Long enough to hand the final Error/Disconnect to a live dispatcher, short
 # enough that a dead one never holds up shutdown.
 FAREWELL_LINGER_MS: Final = 250
+MAX_THREADS: Final = 1024  # a share beyond any machine is a bad message, not an order
 _JOIN_TIMEOUT_S: Final = 5.0
 _pair_ids = itertools.count()
 
@@ -79,8 +82,10 @@ class Link:
         *,
         interval: float = HEARTBEAT_INTERVAL_S,  # tests shorten these
         liveness: int = HEARTBEAT_LIVENESS,
+        on_threads: Callable[[int], None] | None = None,
     ) -> None:
         self._context = context
+        self._on_threads = on_threads  # called on the I/O thread with the dispatcher's share
         self._address = address
         self._hello = hello
         self._interval = interval
@@ -254,6 +259,9 @@ class Link:
                     log.debug("ignored a cancel for %s: not the current request", message.request_id)
             elif isinstance(message, Heartbeat):
                 pass
+            elif isinstance(message, Threads):
+                if self._on_threads is not None and 1 <= message.threads <= MAX_THREADS:
+                    self._on_threads(message.threads)
             elif isinstance(message, Disconnect):
                 self._announce()
             else:

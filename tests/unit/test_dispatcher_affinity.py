@@ -5,15 +5,13 @@ from __future__ import annotations
 import pytest
 
 from reame.dispatcher import affinity
-from reame.dispatcher.scheduler import (
+from reame.dispatcher.placement import (
     AFFINITY_SLACK,
     DEFAULT_PREFILL_CHARS_PER_S,
     MAX_AFFINITY_WAIT_S,
     MIN_SHARE_CHARS,
-    Dest,
-    Scheduler,
-    Send,
 )
+from reame.dispatcher.scheduler import Dest, Scheduler, Send
 from reame.shared import protocol as p
 
 T0 = 1000.0
@@ -79,7 +77,7 @@ def test_a_second_question_goes_to_the_worker_that_read_the_document(sched: Sche
     sched.worker_message(W1, done("r1"), T0 + 1)
     # W2 has been idle longer, but W1 holds the document.
     assert sent_to(sched.client_message(GW, ask("r2", DOC, "Q2?"), T0 + 1)) == {"r2": W1}
-    assert sched.affinity_hits == 1
+    assert sched.placement.counters.affinity_hits == 1
 
 
 def test_another_document_goes_to_the_longest_idle_worker(sched: Scheduler) -> None:
@@ -93,7 +91,7 @@ def test_questions_arriving_together_wait_for_the_one_reading_the_document(sched
     # W2 is idle, but reading the document again would cost more than waiting for W1.
     assert sched.client_message(GW, ask("r2", DOC, "Q2?"), T0 + 0.1) == []
     assert sched.client_message(GW, ask("r3", DOC, "Q3?"), T0 + 0.2) == []
-    assert sched.status().queued == 2 and sched.affinity_waits == 2
+    assert sched.status().queued == 2 and sched.placement.counters.affinity_waits == 2
     assert sent_to(sched.worker_message(W1, done("r1"), T0 + 5)) == {"r2": W1}
     assert sent_to(sched.worker_message(W1, done("r2"), T0 + 5.5)) == {"r3": W1}
 

@@ -261,7 +261,7 @@ def test_request_of_a_dead_worker_is_redispatched_before_queued_ones(sched: Sche
     sched.client_message(GW, gen("r4"), T0 + 1)  # queued
     sends = sched.purge_expired(T0 + TTL)  # W1 is dead; r1 goes to the front
     assert sends == []
-    assert sched.status() == p.Status(workers=1, idle_workers=0, queued=2, running=1)
+    assert sched.status() == p.Status(workers=1, idle_workers=0, queued=2, running=1, full_prefills=1)
     sends = sched.worker_message(W2, done("r3"), T0 + TTL)
     assert sends == [to_client(done("r3")), to_worker(W2, gen("r1"))]
 

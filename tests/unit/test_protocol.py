@@ -17,6 +17,7 @@ SAMPLING = p.SamplingParams(
 
 MESSAGES: list[p.Message] = [
     p.Ready(worker_id="w0-1", pid=1, model="m", n_ctx=4096),
+    p.Ready(worker_id="w0-1", pid=1, model="m", n_ctx=4096, threads=2, host="vm-1"),
     p.Heartbeat(),
     p.Disconnect(),
     p.Generate(request_id="r1", sampling=SAMPLING, deadline=1.5, prompt="hi"),
@@ -26,11 +27,14 @@ MESSAGES: list[p.Message] = [
     ),
     p.Delta(request_id="r1", text="héllo 🎉", tokens=2),
     p.Done(request_id="r1", finish_reason=p.FinishReason.LENGTH, prompt_tokens=3, completion_tokens=4,
-           cached_tokens=1, prompt_ms=1.25, generation_ms=9.5),
+           cached_tokens=2, restored_tokens=1, prompt_ms=1.25, generation_ms=9.5),
     p.Error(request_id="r1", code=p.ErrorCode.CONTEXT_LENGTH_EXCEEDED, message="too long", param="messages"),
     p.Cancel(request_id="r1"),
     p.StatusQuery(),
     p.Status(workers=2, idle_workers=1, queued=0, running=1),
+    p.Status(workers=2, idle_workers=1, queued=0, running=1, full_prefills=3, reused_from_memory=2,
+             reused_from_store=1, affinity_waits=4),
+    p.Threads(threads=2),
     p.CacheLookup(request_id="c1", fingerprint="ab12", blocks=[b"\x00" * 16, b"\xff" * 16]),
     p.CacheMiss(request_id="c1"),
     p.CacheHit(request_id="c1", key="ff" * 16, header=b"REAMEKV\0...", matched_tokens=128),

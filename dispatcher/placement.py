@@ -1,0 +1,108 @@
+"""Which worker a request should go to, by the text each worker holds: no sockets, no queue.
+
+A worker keeps the KV state of the last prompt it read (worker.kv), so the
+dispatcher remembers, per worker, the chain of the prompt it holds or is reading
+(dispatcher.affinity) and prefers the idle worker sharing the most text with a
+request. When a busy worker holds at least MIN_SHARE_CHARS more of it than any
+idle one, the request may wait for that worker rather than have the text read a
+second time, but only for as long as reading it again would take: AFFINITY_SLACK
+times the estimate from the prefill speed observed in the workers' own figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Final
+
+from reame.dispatcher import affinity
+from reame.shared import protocol as p
+
+# Less shared text than this is read again sooner than it is worth waiting for.
+MIN_SHARE_CHARS: Final = 1024
+# A waited-for worker may still be reading the document and then has to answer;
+# waiting for it is worth up to this many times the reading it saves.
+AFFINITY_SLACK: Final = 2.0
+MAX_AFFINITY_WAIT_S: Final = 60.0
+# Prefill speed, in characters a second, until one is observed: about 50 tokens/s, a 1.5B
+# model on a slow core. Erring slow makes the first waits long rather than in vain.
+DEFAULT_PREFILL_CHARS_PER_S: Final = 200.0
+RATE_MIN_CHARS: Final = 2048  # a shorter prefill says more about latency than about speed
+RATE_WEIGHT: Final = 0.3  # of a new observation in the running estimate
+
+
+@dataclasses.dataclass
+class Counters:
+    """Since the dispatcher started."""
+
+    full_prefills: int = 0  # requests that reused nothing of their prompt
+    reused_from_memory: int = 0
+    reused_from_store: int = 0
+    affinity_hits: int = 0  # requests sent to a worker holding at least MIN_SHARE_CHARS of them
+    affinity_waits: int = 0  # requests that waited for a busy worker holding their text
+
+
+class Placement:
+    """The text each worker holds, the prefill speed, and the choices made from them."""
+
+    def __init__(self) -> None:
+        self._holds: dict[bytes, affinity.Chain] = {}
+        self._rate = DEFAULT_PREFILL_CHARS_PER_S  # characters a second
+        self._rate_observed = False
+        self.counters = Counters()
+
+    def share(self, worker: bytes, chain: affinity.Chain) -> int:
+        """Return the characters of ``chain`` that ``worker`` holds, counting less than MIN_SHARE_CHARS as none."""
+        shared = affinity.shared_chars(self._holds.get(worker, ()), chain)
+        return shared if shared >= MIN_SHARE_CHARS else 0
+
+    def best(self, candidates: Iterable[bytes], chain: affinity.Chain) -> tuple[bytes | None, int]:
+        """Return the candidate holding the most of ``chain`` (the first among equals) and how much it holds."""
+        best, most = None, -1
+        for worker in candidates:
+            shared = self.share(worker, chain)
+            if shared > most:
+                best, most = worker, shared
+        return best, max(most, 0)
+
+    def wait_bound(self, gain_chars: int) -> float:
+        """Return how long a request may wait for a worker that spares it reading ``gain_chars``."""
+        return min(MAX_AFFINITY_WAIT_S, AFFINITY_SLACK * gain_chars / self._rate)
+
+    def assigned(self, worker: bytes, chain: affinity.Chain) -> None:
+        """Note that ``worker`` is reading ``chain`` now."""
+        if self.share(worker, chain):
+            self.counters.affinity_hits += 1
+        self._holds[worker] = chain
+
+    def finished(self, worker: bytes, chain: affinity.Chain, done: p.Done | None) -> None:
+        """Learn from a request's end; ``done`` None: it failed, anywhere in its prompt."""
+        if done is None:
+            self._holds.pop(worker, None)
+            return
+        counters = self.counters
+        restored = min(done.restored_tokens, done.cached_tokens)
+        counters.reused_from_store += restored > 0
+        counters.reused_from_memory += done.cached_tokens > restored
+        counters.full_prefills += done.cached_tokens == 0 and done.prompt_tokens > 0
+        self._observe(chain, done)
+
+    def forget(self, worker: bytes) -> None:
+        self._holds.pop(worker, None)
+
+    def _observe(self, chain: affinity.Chain, done: p.Done) -> None:
+        """Learn the prefill speed from a request whose worker read much of its text.
+
+        The worker's own figures count what it read, not what it restored or kept in
+        memory, and leave out the time the request spent queued.
+        """
+        read = done.prompt_tokens - done.cached_tokens
+        if not chain or done.prompt_tokens <= 0 or read <= 0 or done.prompt_ms <= 0:
+            return
+        fresh_chars = chain[-1].chars * read / done.prompt_tokens
+        if fresh_chars < RATE_MIN_CHARS:
+            return
+        rate = fresh_chars / (done.prompt_ms / 1000)
+        weight = RATE_WEIGHT if self._rate_observed else 1.0
+        self._rate += weight * (rate - self._rate)
+        self._rate_observed = True
