@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import time
 from collections.abc import Sequence
 from typing import Final
@@ -133,9 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     pid = os.getpid()
-    hello = Ready(worker_id=f"w{args.index}-{pid}", pid=pid, model=model_alias(config), n_ctx=model.n_ctx)
+    hello = Ready(
+        worker_id=f"w{args.index}-{pid}", pid=pid, model=model_alias(config), n_ctx=model.n_ctx,
+        threads=config.workers.threads, host=socket.gethostname(),
+    )
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    link = Link(context, config.backend_address, hello)
+    link = Link(context, config.backend_address, hello, on_threads=model.use_threads)
     cache: CacheClient | None = None
     code = 1
     try:
