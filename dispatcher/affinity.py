@@ -9,6 +9,11 @@ as in shared/prefix.py. Two prompts that share their first k pieces share their
 first k links, whatever follows, and a link's ``chars`` says how much text it stands
 for, which is what its recomputation would cost.
 
+The request's cache scope (``Generate.cache_scope``, e.g. one per API key) is the
+chain's root: a worker holds only its own scope's prompt (worker.kv), so requests
+are sent towards it only by the same scope: no request is steered (or kept waiting)
+by another key's documents.
+
 Token blocks would name prefixes exactly, but the dispatcher would have to hold the
 vocabulary and tokenize every prompt in its one loop; paragraphs are what documents
 share, and a question appended to a document starts a new paragraph or message.
@@ -38,7 +43,9 @@ Chain = tuple[Link, ...]
 def chain(generate: p.Generate) -> Chain:
     """Return the chain of links naming ``generate``'s prompt, piece by piece."""
     links: list[Link] = []
-    digest = hashlib.blake2b(b"", digest_size=_DIGEST_BYTES, person=_PERSON).digest()
+    # The shared scope "" keeps the root every chain had before scopes existed.
+    root = generate.cache_scope.encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(root, digest_size=_DIGEST_BYTES, person=_PERSON).digest()
     chars = 0
     for piece in _pieces(generate):
         digest = hashlib.blake2b(

@@ -14,8 +14,10 @@ from typing import Any, Final
 import falcon
 
 from reame.gateway import errors
+from reame.gateway.auth import Keys, load_keys
 from reame.gateway.client import ClientGone, Dispatcher
 from reame.gateway.errors import APIError
+from reame.gateway.guard import KeyMiddleware
 from reame.gateway.requestlog import LogMiddleware, request_log
 from reame.gateway.resources import (
     CacheWarm,
@@ -37,9 +39,15 @@ log = logging.getLogger(__name__)
 _HTTP_CODES: Final = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
-def create_app(config: Config, dispatcher: Dispatcher | None = None) -> falcon.App[falcon.Request, falcon.Response]:
-    """Return the WSGI app; ``dispatcher`` defaults to one for ``config.frontend_address``."""
+def create_app(
+    config: Config, dispatcher: Dispatcher | None = None, keys: Keys | None = None
+) -> falcon.App[falcon.Request, falcon.Response]:
+    """Return the WSGI app; ``dispatcher`` defaults to one for ``config.frontend_address``.
+
+    ``keys`` defaults to the configured API keys (ConfigError if the key file is unusable).
+    """
     dispatcher = dispatcher or Dispatcher(config.frontend_address)
+    keys = load_keys(config.server) if keys is None else keys
     settings = Settings(config, model_alias(config))
     retry_after = str(config.server.retry_after)
 
@@ -70,7 +78,8 @@ def create_app(config: Config, dispatcher: Dispatcher | None = None) -> falcon.A
         request_log(req).error = "client_gone"
         resp.status = CLIENT_GONE_STATUS  # for the log line; the socket is already closed
 
-    app = falcon.App(middleware=[LogMiddleware()])
+    # The log middleware first: a refused request still gets its log line.
+    app = falcon.App(middleware=(LogMiddleware(), KeyMiddleware(keys)))
     app.req_options.strip_url_path_trailing_slash = True
     app.add_error_handler(Exception, render_bug)
     app.add_error_handler(falcon.HTTPError, render_http_error)

@@ -20,8 +20,9 @@ from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 
 from reame.gateway.app import create_app
+from reame.gateway.auth import SHORT_KEY, Keys, load_keys
 from reame.gateway.client import Dispatcher
-from reame.shared.config import CONFIG_PATH_ENV, Config
+from reame.shared.config import CONFIG_PATH_ENV, Config, ConfigError
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, boot
 
 log = logging.getLogger("gateway")
@@ -45,8 +46,9 @@ class _Logger(glogging.Logger):  # type: ignore[misc]
 class GatewayApplication(BaseApplication):  # type: ignore[misc]
     """gunicorn configured from reame's Config rather than from its own command line."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, keys: Keys) -> None:
         self.config = config
+        self.keys = keys  # read once, before the fork: every gunicorn worker checks the same keys
         self.dispatcher: Dispatcher | None = None
         super().__init__()
 
@@ -73,7 +75,7 @@ class GatewayApplication(BaseApplication):  # type: ignore[misc]
     def load(self) -> falcon.App[falcon.Request, falcon.Response]:
         # Runs in each worker after the fork: a ZeroMQ context must not cross a fork.
         self.dispatcher = Dispatcher(self.config.frontend_address)
-        return create_app(self.config, self.dispatcher)
+        return create_app(self.config, self.dispatcher, self.keys)
 
     def _worker_exit(self, server: Any, worker: Any) -> None:
         if self.dispatcher is not None:
@@ -99,12 +101,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.config is not None:
         os.environ[CONFIG_PATH_ENV] = os.path.abspath(args.config)  # for anything the workers start
     try:
+        keys = load_keys(config.server)
+    except ConfigError as err:
+        log.error("cannot start: %s", err)
+        return EXIT_BOOT_FAILURE
+    if keys.short:
+        log.warning("%d API key(s) are shorter than %d characters: use long random keys", keys.short, SHORT_KEY)
+    try:
         check_bind(config.server.host, config.server.port)
     except OSError as err:
         log.error("cannot listen on %s:%d: %s", config.server.host, config.server.port, err.strerror or err)
         return EXIT_BOOT_FAILURE
     try:
-        GatewayApplication(config).run()
+        GatewayApplication(config, keys).run()
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
         return EXIT_BOOT_FAILURE if code in _GUNICORN_BOOT_FAILURES else code

@@ -34,6 +34,7 @@ class RequestLog:
         self.deferred = False  # a stream will emit the line when it ends
         self.usage = Usage()
         self.error: str | None = None
+        self.key_id: str | None = None  # gateway.auth.key_id of the API key used, never the key
         self._start = time.monotonic()
         self._first_token: float | None = None
         self._emitted = False
@@ -60,9 +61,10 @@ class RequestLog:
         level = logging.DEBUG if self.path in PROBE_PATHS else logging.INFO
         log.log(
             level,
-            "%s %s %s %d prompt_tokens=%d cached_tokens=%d completion_tokens=%d ttft=%s total=%.3fs%s",
+            "%s %s %s %d prompt_tokens=%d cached_tokens=%d completion_tokens=%d ttft=%s total=%.3fs%s%s",
             self.request_id, self.method, self.path, status,
             self.usage.prompt_tokens, self.usage.cached_tokens, self.usage.completion_tokens, ttft, now - self._start,
+            f" key={self.key_id}" if self.key_id else "",
             f" error={self.error}" if self.error else "",
         )
 

@@ -10,10 +10,11 @@ from typing import Any, Final, NoReturn
 
 import falcon
 
-from reame.gateway import errors, responses, sse, validation
+from reame.gateway import auth, errors, responses, sse, validation
 from reame.gateway.client import Call, Dispatcher
 from reame.gateway.compression import Compressor
 from reame.gateway.errors import APIError, dispatcher_unavailable, invalid
+from reame.gateway.guard import tenant_of
 from reame.gateway.requestlog import request_log
 from reame.gateway.responses import Choice, Usage
 from reame.gateway.streams import ChatStream, CompletionStream, Meta, SSEStream, collect, next_message
@@ -34,6 +35,7 @@ class Settings:
         self.max_body_bytes = config.server.max_body_bytes
         self.request_timeout = config.server.request_timeout
         self.sampling = config.sampling
+        self.per_key_scope = auth.per_key_scope(config)
         self.created = int(time.time())  # the model's "created": when this gateway started
 
 
@@ -129,10 +131,13 @@ class _Generation:
         else:
             compressed = compressor.messages(messages or [], options.compress, warm=warm)
         deadline = time.time() + self.settings.request_timeout
+        tenant = tenant_of(req)
+        key_scope = tenant.scope if tenant is not None and self.settings.per_key_scope else ""
         call = self.dispatcher.open(
             protocol.Generate(
                 request_id, sampling, deadline, prompt=compressed.prompt, messages=compressed.messages,
                 cache=options.cache, warm=warm, speculative=options.speculative,
+                cache_scope=auth.cache_scope(key_scope, options.cache_salt),
             ),
             disconnect_probe(req.env),
         )

@@ -17,7 +17,8 @@ Pure: no sockets, no Falcon. Rules, following the OpenAI API:
   absent: the configured ``compress.mode``). Any other key in it is a 400. A cache
   warm request takes ``compress`` only. ``speculative`` (a
   ``shared.modes.SpeculativeMode``; absent: the worker's ``speculative.mode``) picks
-  speculative decoding for a completion.
+  speculative decoding for a completion. ``cache_salt`` (1 to MAX_CACHE_SALT characters;
+  warm requests too) narrows the KV cache scope to requests with the same salt.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import enum
 import math
 from typing import Any, Final, TypeVar
 
+from reame.gateway.auth import MAX_CACHE_SALT
 from reame.gateway.errors import APIError, invalid
 from reame.shared.config import SamplingConfig
 from reame.shared.modes import CompressMode, SpeculativeMode, choices
@@ -39,8 +41,8 @@ MAX_INT32: Final = 2**31 - 1
 # msgpack carries signed and unsigned 64-bit integers, nothing wider.
 SEED_RANGE: Final = (-(2**63), 2**64 - 1)
 EXTENSION_FIELD: Final = "reame"
-EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"cache", "compress", "speculative"})
-WARM_EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"compress"})
+EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"cache", "compress", "speculative", "cache_salt"})
+WARM_EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"compress", "cache_salt"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Options:
     cache: bool = True
     compress: CompressMode | None = None  # None: the configured default
     speculative: SpeculativeMode | None = None  # None: the worker's default
+    cache_salt: str | None = None  # narrows the KV cache scope (gateway.auth.cache_scope)
 
 
 DEFAULT_OPTIONS: Final = Options()
@@ -166,7 +169,10 @@ def _options(fields: dict[str, Any], allowed: frozenset[str]) -> Options:
     cache = _boolean(switches, "cache", f"{EXTENSION_FIELD}.cache")
     compress = _mode(switches, "compress", CompressMode)
     speculative = _mode(switches, "speculative", SpeculativeMode)
-    return Options(cache=True if cache is None else cache, compress=compress, speculative=speculative)
+    salt = switches.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not 1 <= len(salt) <= MAX_CACHE_SALT):
+        raise invalid("reame.cache_salt", f"reame.cache_salt must be a string of 1 to {MAX_CACHE_SALT} characters")
+    return Options(True if cache is None else cache, compress, speculative, salt)
 
 
 _Mode = TypeVar("_Mode", bound=enum.StrEnum)

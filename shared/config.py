@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from reame.shared.apikeys import Secrets, exposure_problem, parse_api_keys
 from reame.shared.kv_entry import MAX_LEVEL, MIN_LEVEL
 from reame.shared.modes import CompressMode, SpeculativeMode, choices
 
@@ -130,11 +131,12 @@ class Key:
 
     parse: Callable[[str], Any]
     default: str
+    secret: bool = False  # an error message never shows the value
 
 
-def key(parse: Callable[[str], Any], default: str) -> Any:
+def key(parse: Callable[[str], Any], default: str, secret: bool = False) -> Any:
     """Declare a section's key: the dataclass field carries its parser and default (see SCHEMA)."""
-    return dataclasses.field(metadata={"key": Key(parse, default)})
+    return dataclasses.field(metadata={"key": Key(parse, default, secret)})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +150,9 @@ class ServerConfig:
     queue_size: int = key(_int(0), "64")
     retry_after: int = key(_int(1), "2")
     run_dir: str = key(_text, "")
+    api_keys: Secrets = key(parse_api_keys, "", secret=True)  # noqa: RUF009
+    api_key_file: str = key(_text, "")
+    allow_unauthenticated: bool = key(_bool, "false")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +206,7 @@ class CacheConfig:
     compression_level: int = key(_int(MIN_LEVEL, MAX_LEVEL), "1")
     timeout: float = key(_float(0.01), "1.0")
     address: str = key(_address, "")
+    scope: str = key(_choice("auto", "shared", "per_key"), "auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,10 +340,21 @@ def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] 
             try:
                 values[key] = spec.parse(text)
             except ValueError as err:
-                raise ConfigError(f"{origin} = {text!r}: expected {err}") from None
+                shown = "(hidden)" if spec.secret else repr(text)
+                raise ConfigError(f"{origin} = {shown}: expected {err}") from None
         sections[section] = _SECTION_CLASSES[section](**values)
     _check_speculative(sections["speculative"], raw["speculative"])
+    _check_exposure(sections["server"], raw["server"])
     return Config(source=source, **sections)
+
+
+def _check_exposure(section: ServerConfig, raw: dict[str, tuple[str, str]]) -> None:
+    """Refuse to serve a non-loopback address to anyone without a key, unless asked to."""
+    has_keys = bool(section.api_keys or section.api_key_file)
+    problem = exposure_problem(section.host, has_keys, section.allow_unauthenticated)
+    if problem is not None:
+        text, origin = raw.get("host", (section.host, "default [server] host"))
+        raise ConfigError(f"{origin} = {text!r} {problem}")
 
 
 def _check_speculative(section: SpeculativeConfig, raw: dict[str, tuple[str, str]]) -> None:

@@ -8,6 +8,11 @@ that share their first k full blocks share their first k hashes, whatever follow
 
 ``H`` is BLAKE2b with a 16-byte digest: these names are compared, never trusted
 for security, and 128 bits keep accidental collisions out of reach.
+
+A cache scope (``Generate.cache_scope``, e.g. one per API key) enters the chain at
+its root: the worker files and looks up a scope's entries under
+:func:`scoped_fingerprint`, so no block hash, entry key or stored entry of one
+scope can match another's, and the cachekeeper needs to know nothing of scopes.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ HASH_BYTES: Final = 16
 # Entry keys hash the whole token list under a different personalisation, so an
 # entry key can never equal a block hash.
 _ENTRY_PERSON: Final = b"reame-entry"
+_SCOPE_PERSON: Final = b"reame-scope"
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
 # Slices compared at once by common_prefix_len: list equality runs in C.
@@ -53,6 +59,17 @@ def tokens_from_bytes(data: bytes) -> tuple[int, ...]:
     if sys.byteorder == "big":  # pragma: no cover
         packed.byteswap()
     return tuple(packed)
+
+
+def scoped_fingerprint(fingerprint: bytes, scope: str) -> bytes:
+    """Return the fingerprint a cache scope's entries are filed under; the model's own for "" (shared)."""
+    if not scope:
+        return fingerprint
+    h = hashlib.blake2b(digest_size=max(1, min(len(fingerprint), 64)), person=_SCOPE_PERSON)
+    # Length-framed, so no (fingerprint, scope) pair can mimic another.
+    h.update(len(fingerprint).to_bytes(8, "little") + fingerprint)
+    h.update(scope.encode("utf-8", "surrogatepass"))
+    return h.digest()
 
 
 def root_hash(fingerprint: bytes) -> bytes:

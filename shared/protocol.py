@@ -158,7 +158,9 @@ class Generate(_Struct, frozen=True):
     ``cache`` False keeps this request away from the persistent KV cache (no lookup,
     no save). ``warm`` asks only to read the prompt and store its KV state: no tokens
     are generated, and Done comes once the state is stored (or refused).
-    ``speculative`` overrides the worker's default mode.
+    ``speculative`` overrides the worker's default mode. ``cache_scope`` ("" shared)
+    keeps KV prefixes apart: a prefix read under one scope is reused, from memory
+    or from the store, only by requests of the same scope (a hash, never a key).
     """
 
     KIND: ClassVar[Kind] = Kind.GENERATE
@@ -170,6 +172,7 @@ class Generate(_Struct, frozen=True):
     cache: bool = True
     warm: bool = False
     speculative: SpeculativeMode | None = None
+    cache_scope: str = ""
 
 
 class Delta(_Struct, frozen=True):

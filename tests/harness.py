@@ -93,8 +93,9 @@ class Server:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def client(self, **kwargs: Any) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.base_url, api_key="unused", max_retries=0, **kwargs)
+    def client(self, api_key: str = "unused", **kwargs: Any) -> openai.OpenAI:
+        """Return an openai client; it sends ``api_key`` as ``Authorization: Bearer``."""
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kwargs)
 
     def request(
         self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None

@@ -246,18 +246,22 @@ class CacheClient:
 
     def save(
         self, tokens: Sequence[int], state: bytes | bytearray, done: Callable[[bool], None] | None = None,
-        wait: float = 0.0,
+        wait: float = 0.0, fingerprint: bytes | None = None,
     ) -> bool:
         """Queue a state for the uploader; False if it was dropped (then ``done`` is never called).
 
         ``done(stored)`` runs on the uploader thread once the cachekeeper has answered.
-        ``wait`` is how long to wait for room in the queue.
+        ``wait`` is how long to wait for room in the queue. ``fingerprint`` files the
+        entry under a cache scope's fingerprint (shared.prefix.scoped_fingerprint)
+        instead of the model's.
         """
         if not self._health.usable():
             return False
-        return self._uploader.submit(list(tokens), state, done, wait)
+        return self._uploader.submit(list(tokens), state, done, wait, fingerprint)
 
-    def save_and_wait(self, tokens: Sequence[int], state: bytes | bytearray) -> bool:
+    def save_and_wait(
+        self, tokens: Sequence[int], state: bytes | bytearray, fingerprint: bytes | None = None
+    ) -> bool:
         """Store a state now; return whether the store holds it (bounded by the timeouts)."""
         finished = threading.Event()
         result: list[bool] = []
@@ -267,7 +271,7 @@ class CacheClient:
             finished.set()
 
         bound = upload_bound(self._timeout, len(state))
-        if not self.save(tokens, state, done, wait=bound):
+        if not self.save(tokens, state, done, wait=bound, fingerprint=fingerprint):
             return False
         # The uploader gives up by itself within bound (+ the one before us in the queue).
         finished.wait(bound * (self._pending + 1))

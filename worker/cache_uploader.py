@@ -52,6 +52,7 @@ class Save:
     tokens: list[int]
     state: bytes | bytearray
     done: Callable[[bool], None] | None
+    fingerprint: str | None = None  # hex; None: the model's own (the shared cache scope)
 
 
 class Uploader:
@@ -86,12 +87,13 @@ class Uploader:
         self._thread.start()
 
     def submit(self, tokens: list[int], state: bytes | bytearray, done: Callable[[bool], None] | None,
-               wait: float) -> bool:
+               wait: float, fingerprint: bytes | None = None) -> bool:
         """Queue a save; False if the queue stayed full for ``wait`` seconds or we are stopping."""
         if self._stopping.is_set() or not self._thread.is_alive():
             return False
+        item = Save(tokens, state, done, None if fingerprint is None else fingerprint.hex())
         try:
-            self._queue.put(Save(tokens, state, done), block=wait > 0, timeout=wait if wait > 0 else None)
+            self._queue.put(item, block=wait > 0, timeout=wait if wait > 0 else None)
         except queue.Full:
             log.debug("dropped the save of a %d-token prompt: %d saves are pending", len(tokens), self._queue.maxsize)
             return False
@@ -163,7 +165,8 @@ class Uploader:
         size = len(item.state)
         started = time.perf_counter()
         reply: CacheStored | None = None
-        if not self._send(socket, CachePut(rid, self._fingerprint, self._kv_type, item.tokens, size)):
+        fingerprint = item.fingerprint or self._fingerprint
+        if not self._send(socket, CachePut(rid, fingerprint, self._kv_type, item.tokens, size)):
             return self._timed_out(len(item.tokens))
         view = memoryview(item.state)
         sent = 0

@@ -203,7 +203,7 @@ class Engine:
         try:
             reused = self._prefill(prompt, request, cancel)
             chooser.feed_prompt(prompt)
-            drafter = speculation.drafter(mode, self.model.n_batch)
+            drafter = speculation.drafter(mode, self.model.n_batch, request.cache_scope)
             drafter.begin(prompt, check)
             prefilled = time.perf_counter()
             controller = speculation.controller(mode)
@@ -306,8 +306,11 @@ class Engine:
         return max(max_tokens, 0)
 
     def _prefill(self, prompt: list[int], request: Generate, cancel: threading.Event) -> Reused:
-        """Bring the KV cache to ``prompt``; return how many tokens were not computed."""
-        cached = in_memory = self.kv.keep_prefix_of(prompt)
+        """Bring the KV cache to ``prompt``; return how many tokens were not computed.
+
+        Only what was read under the request's cache scope is reused, in memory or from the store.
+        """
+        cached = in_memory = self.kv.keep_prefix_of(prompt, request.cache_scope)
         stored = 0
         if self.cache is not None and request.cache:
             self._check(request, cancel)

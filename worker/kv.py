@@ -4,7 +4,10 @@ This is the only place that knows which tokens sit in the context's memory.
 Reusing the common prefix of consecutive requests is what llama.cpp's server
 does with ``cache_prompt``. A prefix may also come from the persistent cache
 (:meth:`KvCache.restore`); the class then remembers how much of its token list
-is known to be stored, so the same document is not saved twice.
+is known to be stored, so the same document is not saved twice. It also remembers
+the cache scope its tokens were read under (``Generate.cache_scope``): a request of
+another scope reuses nothing, so neither cached_tokens nor timing shows it what
+a request of another scope (another API key) has read.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class KvCache:
         self._model = model
         self._tokens: list[int] = []
         self._stored = 0  # leading tokens known to be in the persistent store
+        self._scope = ""  # the cache scope the tokens were read under
 
     def __len__(self) -> int:
         return len(self._tokens)
@@ -82,8 +86,19 @@ class KvCache:
         """Record that the state of the first ``length`` tokens is in the persistent store."""
         self._stored = max(self._stored, min(length, len(self._tokens)))
 
-    def keep_prefix_of(self, prompt: Sequence[int]) -> int:
-        """Drop everything but the reusable prefix of ``prompt``; return its length."""
+    @property
+    def scope(self) -> str:
+        return self._scope
+
+    def enter_scope(self, scope: str) -> None:
+        """Make ``scope`` the cache scope of what is read next; empty the cache if it held another's."""
+        if scope != self._scope:
+            self.reset()
+            self._scope = scope
+
+    def keep_prefix_of(self, prompt: Sequence[int], scope: str = "") -> int:
+        """Drop everything but the reusable prefix of ``prompt``, read under ``scope``; return its length."""
+        self.enter_scope(scope)
         keep = reusable(self._tokens, prompt)
         return keep if self.truncate(keep) else 0
 

@@ -5,7 +5,9 @@ The engine calls :meth:`PrefixCache.restore` before it prefills and
 before Done). The rules live in worker.cache_policy, the token bookkeeping in
 worker.kv, the wire in worker.cache_client; this module strings them together.
 Nothing here raises to the engine because of the cache: every failure ends as
-"computed without it".
+"computed without it". A request's cache scope is folded into the fingerprint its
+entries are filed and looked up under (shared.prefix.scoped_fingerprint), so a
+scope never finds another's entries.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from reame.shared.kv_entry import EntryHeader
-from reame.shared.prefix import block_hashes
+from reame.shared.prefix import block_hashes, scoped_fingerprint
 from reame.worker import cache_policy
 from reame.worker.cache_client import Fetched
 from reame.worker.kv import KvCache, common_prefix
@@ -41,10 +43,12 @@ class CacheService(Protocol):
 
     def save(
         self, tokens: Sequence[int], state: bytes | bytearray, done: Callable[[bool], None] | None = None,
-        wait: float = 0.0,
+        wait: float = 0.0, fingerprint: bytes | None = None,
     ) -> bool: ...
 
-    def save_and_wait(self, tokens: Sequence[int], state: bytes | bytearray) -> bool: ...
+    def save_and_wait(
+        self, tokens: Sequence[int], state: bytes | bytearray, fingerprint: bytes | None = None
+    ) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,11 +74,17 @@ class PrefixCache:
         self._min_tokens = min_tokens
 
     def restore(self, kv: KvCache, prompt: Sequence[int], local: int) -> Restored:
-        """Bring the longest stored prefix of ``prompt`` into ``kv`` if it beats the ``local`` tokens."""
+        """Bring the longest stored prefix of ``prompt`` into ``kv`` if it beats the ``local`` tokens.
+
+        Only entries stored under the scope of ``kv`` (KvCache.enter_scope) are looked at.
+        """
         if not self.service.available or not cache_policy.lookup_worthwhile(len(prompt), local, self._block_tokens):
             return Restored(local)
-        blocks = block_hashes(self.fingerprint, prompt, self._block_tokens)
-        fetched = self.service.lookup(self.fingerprint, blocks, lambda header: self._wanted(header, prompt, local))
+        fingerprint = scoped_fingerprint(self.fingerprint, kv.scope)
+        blocks = block_hashes(fingerprint, prompt, self._block_tokens)
+        fetched = self.service.lookup(
+            fingerprint, blocks, lambda header: self._wanted(header, fingerprint, prompt, local)
+        )
         if fetched is None:
             return Restored(local)
         header = fetched.header
@@ -95,8 +105,8 @@ class PrefixCache:
         )
         return Restored(match, common_prefix(header.tokens, prompt))
 
-    def _wanted(self, header: EntryHeader, prompt: Sequence[int], local: int) -> bool:
-        problem = cache_policy.entry_problem(header, self.fingerprint, self._kv_type, self._n_ctx)
+    def _wanted(self, header: EntryHeader, fingerprint: bytes, prompt: Sequence[int], local: int) -> bool:
+        problem = cache_policy.entry_problem(header, fingerprint, self._kv_type, self._n_ctx)
         if problem is not None:
             log.info("not restoring cache entry %s: %s", header.key(), problem)
             return False
@@ -104,6 +114,8 @@ class PrefixCache:
 
     def save(self, kv: KvCache, prompt: Sequence[int], warm: bool) -> bool:
         """Store the state of ``prompt`` (at the head of ``kv``) if worth it; True if the store has it.
+
+        The entry is filed under the scope of ``kv``, where only that scope finds it.
 
         A warm request waits for the cachekeeper's answer; any other save is queued,
         the engine does not wait for it.
@@ -120,7 +132,11 @@ class PrefixCache:
             return False
         state = kv.save_state()
         # A queued save counts as stored: should it fail, a later request saves the prompt.
-        stored = self.service.save_and_wait(prompt, state) if warm else self.service.save(prompt, state)
+        fingerprint = scoped_fingerprint(self.fingerprint, kv.scope)
+        if warm:
+            stored = self.service.save_and_wait(prompt, state, fingerprint=fingerprint)
+        else:
+            stored = self.service.save(prompt, state, fingerprint=fingerprint)
         if stored:
             kv.mark_stored(n_prompt)
         return stored

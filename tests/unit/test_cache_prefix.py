@@ -101,3 +101,17 @@ def test_shared_hashes_count_the_shared_full_blocks(a: list[int], keep: int, tai
     ha, hb = prefix.block_hashes(FP, a, block), prefix.block_hashes(FP, b, block)
     shared = next((i for i, (x, y) in enumerate(zip(ha, hb, strict=False)) if x != y), min(len(ha), len(hb)))
     assert shared == prefix.common_prefix_len(a, b) // block
+
+
+def test_a_cache_scope_changes_the_root_of_every_chain() -> None:
+    fp = b"\x01" * 32
+    tokens = list(range(40))
+    assert prefix.scoped_fingerprint(fp, "") == fp  # the shared scope keeps every stored entry
+    roots = {prefix.root_hash(prefix.scoped_fingerprint(fp, scope)) for scope in ("", "key-a", "key-b")}
+    assert len(roots) == 3
+    chains = [prefix.block_hashes(prefix.scoped_fingerprint(fp, s), tokens, 8) for s in ("", "key-a", "key-b")]
+    # Not one block hash, nor entry key, of one scope matches another's.
+    assert len({h for chain in chains for h in chain}) == 3 * 5
+    keys = {prefix.entry_key(prefix.scoped_fingerprint(fp, s), tokens) for s in ("", "key-a", "key-b")}
+    assert len(keys) == 3
+    assert len(prefix.scoped_fingerprint(fp, "key-a")) == len(fp)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from reame.dispatcher import affinity
@@ -161,3 +162,26 @@ def test_a_lost_holder_ends_the_wait(sched: Scheduler) -> None:
     sends = sched.worker_message(W1, p.Disconnect(), T0 + 1)
     # r1 goes back to the queue and r2 waits no more: W2 takes one of them now.
     assert list(sent_to(sends).values()) == [W2]
+
+
+def test_a_cache_scope_is_the_root_of_the_chain() -> None:
+    def scoped(scope: str) -> affinity.Chain:
+        return affinity.chain(msgspec.structs.replace(ask("a", DOC, "Q1?"), cache_scope=scope))
+
+    assert scoped("") == affinity.chain(ask("a", DOC, "Q1?"))
+    assert affinity.shared_chars(scoped("key-a"), scoped("key-a")) > len(DOC)
+    assert affinity.shared_chars(scoped("key-a"), scoped("key-b")) == 0
+    assert affinity.shared_chars(scoped("key-a"), scoped("")) == 0
+
+
+def test_another_scope_is_not_steered_to_the_worker_holding_the_document(sched: Scheduler) -> None:
+    def keyed(request_id: str, scope: str) -> p.Generate:
+        return msgspec.structs.replace(ask(request_id, DOC, "Q1?"), cache_scope=scope)
+
+    assert sent_to(sched.client_message(GW, keyed("r1", "key-a"), T0)) == {"r1": W1}
+    # Key B's request neither waits for W1 nor is sent there: it goes to the longest-idle worker.
+    assert sent_to(sched.client_message(GW, keyed("r2", "key-b"), T0 + 0.1)) == {"r2": W2}
+    sched.worker_message(W2, done("r2"), T0 + 1)
+    sched.worker_message(W1, done("r1"), T0 + 1.5)
+    # W2 has been idle longer, but W1 holds key A's document.
+    assert sent_to(sched.client_message(GW, keyed("r3", "key-a"), T0 + 2)) == {"r3": W1}

@@ -157,3 +157,28 @@ def test_save_state_copies_the_models_state() -> None:
     kv = kv_with(fake)
     kv.append([1, 2, 3], logits_last=True)
     assert kv.save_state() == b"state:3"
+
+
+def test_a_prompt_of_another_cache_scope_reuses_nothing() -> None:
+    fake = FakeModel()
+    kv = kv_with(fake)
+    prompt = [1, 2, 3, 4, 5, 6]
+    assert kv.keep_prefix_of(prompt, "key-a") == 0
+    kv.append(prompt, logits_last=True)
+    kv.mark_stored(len(prompt))
+    # Another key asking about the same document gets a full prefill: nothing kept, nothing known stored.
+    assert kv.keep_prefix_of(prompt, "key-b") == 0
+    assert len(kv) == 0 and kv.stored == 0 and fake.held == 0 and kv.scope == "key-b"
+    assert kv.keep_prefix_of(prompt, "") == 0  # the shared scope is a scope of its own
+    kv.append(prompt, logits_last=True)
+    assert kv.keep_prefix_of(prompt, "") == len(prompt) - MIN_FRESH
+
+
+def test_the_same_cache_scope_reuses_its_prefix() -> None:
+    kv = kv_with(FakeModel())
+    prompt = [1, 2, 3, 4, 5, 6]
+    kv.keep_prefix_of(prompt, "key-a")
+    kv.append(prompt, logits_last=True)
+    assert kv.keep_prefix_of([*prompt, 7, 8], "key-a") == len(prompt)
+    kv.reset()  # an emptied cache stays in its scope
+    assert kv.scope == "key-a"

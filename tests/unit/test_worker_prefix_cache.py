@@ -8,6 +8,7 @@ from typing import cast
 import pytest
 
 from reame.shared.kv_entry import EntryHeader, encode_payload
+from reame.shared.prefix import scoped_fingerprint
 from reame.worker.cache_client import Fetched
 from reame.worker.kv import MIN_FRESH, KvCache
 from reame.worker.model import Model
@@ -30,10 +31,13 @@ class FakeService:
         self.corrupt: list[str] = []
         self.reused = 0
         self.saved: list[tuple[list[int], bytes, bool]] = []  # tokens, state, waited
+        self.saved_under: list[bytes | None] = []  # the fingerprint of each save
         self.accept = True
 
-    def put(self, tokens: Sequence[int], state: bytes, kv_type: str = "f16") -> EntryHeader:
-        header = EntryHeader.build(FINGERPRINT, kv_type, tokens, BLOCK, encode_payload(state), 0.0)
+    def put(
+        self, tokens: Sequence[int], state: bytes, kv_type: str = "f16", fingerprint: bytes = FINGERPRINT
+    ) -> EntryHeader:
+        header = EntryHeader.build(fingerprint, kv_type, tokens, BLOCK, encode_payload(state), 0.0)
         self.entries[tuple(tokens)] = (header, state)
         return header
 
@@ -42,7 +46,8 @@ class FakeService:
     ) -> Fetched | None:
         self.lookups += 1
         best = max(
-            self.entries.values(),
+            # As the cachekeeper's index does: only entries filed under this fingerprint.
+            (e for e in self.entries.values() if e[0].fingerprint == fingerprint.hex()),
             key=lambda e: sum(1 for a, b in zip(e[0].blocks, blocks, strict=False) if a == b),
             default=None,
         )
@@ -61,13 +66,17 @@ class FakeService:
 
     def save(
         self, tokens: Sequence[int], state: bytes | bytearray, done: Callable[[bool], None] | None = None,
-        wait: float = 0.0,
+        wait: float = 0.0, fingerprint: bytes | None = None,
     ) -> bool:
         self.saved.append((list(tokens), bytes(state), False))
+        self.saved_under.append(fingerprint)
         return self.accept
 
-    def save_and_wait(self, tokens: Sequence[int], state: bytes | bytearray) -> bool:
+    def save_and_wait(
+        self, tokens: Sequence[int], state: bytes | bytearray, fingerprint: bytes | None = None
+    ) -> bool:
         self.saved.append((list(tokens), bytes(state), True))
+        self.saved_under.append(fingerprint)
         return self.accept
 
 
@@ -218,3 +227,32 @@ def test_nothing_is_saved_while_unavailable_or_when_refused(
     service.accept = False
     assert not cache.save(kv, DOC, warm=True)
     assert kv.stored == 0
+
+
+# -- cache scopes ------------------------------------------------------------------
+
+
+def test_an_entry_is_found_only_under_the_scope_that_stored_it(
+    cache: PrefixCache, service: FakeService, kv: KvCache
+) -> None:
+    service.put([*DOC, 1, 2, 3], b"state:23", fingerprint=scoped_fingerprint(FINGERPRINT, "key-a"))
+    prompt = [*DOC, 7, 8, 9]
+    for other in ("", "key-b"):
+        kv.enter_scope(other)
+        assert cache.restore(kv, prompt, 0) == Restored(0)
+        assert len(kv) == 0 and service.reused == 0
+    kv.enter_scope("key-a")
+    assert cache.restore(kv, prompt, 0) == Restored(len(DOC), len(DOC))
+
+
+def test_a_save_is_filed_under_the_scope_of_the_kv_cache(
+    cache: PrefixCache, service: FakeService, kv: KvCache
+) -> None:
+    prompt = list(range(MIN_TOKENS + 4))
+    kv.enter_scope("key-a")
+    prefill(kv, prompt)
+    assert cache.save(kv, prompt, warm=False)
+    kv.enter_scope("")
+    prefill(kv, prompt)
+    assert cache.save(kv, prompt, warm=True)
+    assert service.saved_under == [scoped_fingerprint(FINGERPRINT, "key-a"), FINGERPRINT]

@@ -116,6 +116,7 @@ class Speculation:
             log.warning("this model's KV cache cannot drop positions: speculative decoding is off")
             self.available = False
             return
+        target.reset()  # measuring empties the cache; kept costs must leave it as empty
 
         def measure() -> StepCosts:
             return costs.measure(target, self.draft_min, self.draft_max, filler, n_batch, self.draft_kv)
@@ -133,9 +134,11 @@ class Speculation:
                 "so model mode will decode plainly", self.costs.draft,
             )
 
-    def drafter(self, mode: SpeculativeMode, n_batch: int) -> Drafter:
-        """Return a drafter for one request in ``mode`` (lookup or model)."""
+    def drafter(self, mode: SpeculativeMode, n_batch: int, scope: str = "") -> Drafter:
+        """Return a drafter for one request in ``mode`` (lookup or model) and cache ``scope``."""
         if mode == SpeculativeMode.MODEL and self.draft_kv is not None:
+            # The draft model reuses its cache like the target: never across scopes (worker.kv).
+            self.draft_kv.enter_scope(scope)
             return ModelDrafter(self.draft_kv, n_batch)
         return LookupDrafter()
 
