@@ -185,3 +185,4 @@ def test_calibrating_workers_share_the_kept_costs(tmp_path: Path) -> None:
     second.calibrate(cast(KvCache, kv), filler=3, n_batch=64)
     assert second.costs == first.costs
     assert kv.decodes == [2]  # only the check that positions can be dropped: nothing was timed
+    assert len(kv) == 0  # left as empty as a measurement leaves it: the first request reuses nothing
