@@ -134,9 +134,11 @@ class Speculation:
                 "so model mode will decode plainly", self.costs.draft,
             )
 
-    def drafter(self, mode: SpeculativeMode, n_batch: int) -> Drafter:
-        """Return a drafter for one request in ``mode`` (lookup or model)."""
+    def drafter(self, mode: SpeculativeMode, n_batch: int, scope: str = "") -> Drafter:
+        """Return a drafter for one request in ``mode`` (lookup or model) and cache ``scope``."""
         if mode == SpeculativeMode.MODEL and self.draft_kv is not None:
+            # The draft model reuses its cache like the target: never across scopes (worker.kv).
+            self.draft_kv.enter_scope(scope)
             return ModelDrafter(self.draft_kv, n_batch)
         return LookupDrafter()
 
