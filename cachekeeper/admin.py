@@ -59,9 +59,10 @@ def _receive(sock: zmq.Socket[bytes], request_id: str, timeout: float) -> p.Cach
     return None
 
 
-def ask(address: str, command: p.CacheCommand, timeout: float, probe_timeout: float = PROBE_TIMEOUT_S) -> (
-    p.CacheReport | None
-):
+def ask(
+    address: str, command: p.CacheCommand, timeout: float, probe_timeout: float = PROBE_TIMEOUT_S,
+    keys: endpoints.LinkKeys = endpoints.PLAIN,
+) -> p.CacheReport | None:
     """Run ``command`` on the cachekeeper at ``address``; None if no cachekeeper answers there."""
     socket_file = endpoints.ipc_path(address)
     if socket_file is not None and not socket_file.exists():
@@ -70,6 +71,7 @@ def ask(address: str, command: p.CacheCommand, timeout: float, probe_timeout: fl
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        endpoints.secure_client(sock, address, keys)
         sock.connect(address)
         # Stats first, briefly: the real command (a verify) may legitimately take long.
         probe_id = f"cli-{secrets.token_hex(4)}"
@@ -165,7 +167,12 @@ def run(config: Config, command: p.CacheCommand, *, json_output: bool, timeout: 
     out = out or sys.stdout
     wait = DEFAULT_TIMEOUT_S[command] if timeout is None else timeout
     try:
-        report = ask(config.cache_address, command, wait)
+        keys = endpoints.link_keys(config.security, connects=(config.cache_address,))
+    except endpoints.EndpointError as err:
+        print(f"reame: {err}", file=sys.stderr)
+        return 1
+    try:
+        report = ask(config.cache_address, command, wait, keys=keys)
         outcome = offline(config, command) if report is None else Outcome(report, "cachekeeper")
     except AdminError as err:
         print(f"reame: {err}", file=sys.stderr)

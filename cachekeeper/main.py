@@ -10,7 +10,7 @@ from typing import Final
 from reame.cachekeeper.server import Keeper
 from reame.cachekeeper.store import Store, StoreLocked
 from reame.shared.config import Config
-from reame.shared.endpoints import BindError
+from reame.shared.endpoints import BindError, EndpointError, link_keys
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
 
 log = logging.getLogger("cachekeeper")
@@ -47,12 +47,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = StopFlag()
     stop.install()
     try:
+        keys = link_keys(config.security, binds=(config.cache_address,))
         store = open_store(config)
-    except StoreUnavailable as err:
+    except (EndpointError, StoreUnavailable) as err:
         log.error("cannot start: %s", err)
         return EXIT_BOOT_FAILURE
     keeper = Keeper(
-        store, config.cache_address, block_tokens=config.cache.block_tokens, level=config.cache.compression_level
+        store, config.cache_address, block_tokens=config.cache.block_tokens, level=config.cache.compression_level,
+        keys=keys,
     )
     try:
         keeper.bind()

@@ -80,10 +80,11 @@ class Keeper:
 
     def __init__(
         self, store: Store, address: str, *, block_tokens: int, level: int,
-        clock: Callable[[], float] = time.monotonic,
+        keys: endpoints.LinkKeys = endpoints.PLAIN, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._address = address
+        self._guard = endpoints.Guard(keys)  # CURVE when the address is tcp://
         self._clock = clock
         self._puts = PartialPuts(store.max_bytes)
         self._writer = w.Writer(store, block_tokens=block_tokens, level=level)
@@ -99,7 +100,7 @@ class Keeper:
 
     def bind(self) -> None:
         """Listen on the address; raise ``endpoints.BindError`` if impossible."""
-        endpoints.bind(self._router, self._address, "the cachekeeper")
+        endpoints.bind(self._router, self._address, "the cachekeeper", self._guard)
         self._bound = True
 
     def run(self, stop: StopFlag) -> None:
@@ -287,6 +288,7 @@ class Keeper:
             # Closing the index under a running write would break it; exiting releases the lock.
             log.warning("the cache writer is still busy after %.0f s: leaving the store as it is", WRITER_GRACE_S)
         self._router.close(linger=0)
+        self._guard.close()
         self._context.term()
         if self._bound:
             endpoints.cleanup(self._address)

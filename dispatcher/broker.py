@@ -40,9 +40,11 @@ class Broker:
         backend_address: str,
         scheduler: Scheduler,
         *,
+        keys: endpoints.LinkKeys = endpoints.PLAIN,  # CURVE for tcp:// addresses
         clock: Callable[[], float] = time.time,  # deadlines in Generate are Unix times
     ) -> None:
         self._addresses = {Dest.CLIENT: frontend_address, Dest.WORKER: backend_address}
+        self._guard = endpoints.Guard(keys)
         self._scheduler = scheduler
         self._clock = clock
         self._context = zmq.Context()
@@ -61,7 +63,7 @@ class Broker:
         for dest, sock in ((Dest.CLIENT, self._frontend), (Dest.WORKER, self._backend)):
             address = self._addresses[dest]
             side = "frontend" if dest is Dest.CLIENT else "backend"
-            endpoints.bind(sock, address, f"the {side}")
+            endpoints.bind(sock, address, f"the {side}", self._guard)
             self._bound.append(address)
 
     def run(self, stop: StopFlag) -> None:
@@ -107,6 +109,7 @@ class Broker:
         """Close both sockets, terminate the context and remove our ipc socket files."""
         for sock in (self._frontend, self._backend):
             sock.close(linger=self._linger_ms)
+        self._guard.close()
         self._context.term()
         for address in self._bound:
             endpoints.cleanup(address)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from reame.dispatcher.broker import Broker
 from reame.dispatcher.scheduler import Scheduler
-from reame.shared.endpoints import BindError
+from reame.shared.endpoints import BindError, EndpointError, link_keys
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
 
 log = logging.getLogger("dispatcher")
@@ -24,8 +24,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     _, config = booted
     stop = StopFlag()
     stop.install()
+    try:
+        keys = link_keys(config.security, binds=(config.frontend_address, config.backend_address))
+    except EndpointError as err:
+        log.error("cannot start: %s", err)
+        return EXIT_BOOT_FAILURE
     scheduler = Scheduler(config.server.queue_size, time.time(), lend_threads=config.workers.lend_threads)
-    broker = Broker(config.frontend_address, config.backend_address, scheduler)
+    broker = Broker(config.frontend_address, config.backend_address, scheduler, keys=keys)
     try:
         broker.bind()
     except BindError as err:

@@ -24,8 +24,9 @@ from typing import Final
 import zmq
 
 from reame.gateway import errors
+from reame.gateway.cache_probe import CacheProbe
 from reame.gateway.errors import APIError
-from reame.shared import protocol
+from reame.shared import endpoints, protocol
 from reame.shared.protocol import HEARTBEAT_INTERVAL_S, HEARTBEAT_LIVENESS
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,15 @@ class Dispatcher:
     """Open calls to the dispatcher at ``address``; one per gateway process."""
 
     def __init__(
-        self, address: str, *, liveness_s: float = LIVENESS_S, context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self, address: str, *, liveness_s: float = LIVENESS_S, context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        keys: endpoints.LinkKeys = endpoints.PLAIN, cache_address: str | None = None,
     ) -> None:
         self.address = address
         self.liveness_s = liveness_s
+        self.keys = keys  # CURVE for a tcp:// address
         self._context = context or zmq.Context()
+        # /ready reports on the cachekeeper too; None: the cache is disabled.
+        self.cache = CacheProbe(cache_address, self._context, keys)
 
     def open(self, request: protocol.Generate, abandoned: Callable[[], bool] | None = None) -> Call:
         """Send ``request`` on a new socket and return the call that reads its answer.
@@ -90,6 +95,7 @@ class Dispatcher:
     def _socket(self) -> zmq.Socket[bytes]:
         socket = self._context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
+        endpoints.secure_client(socket, self.address, self.keys)
         socket.connect(self.address)
         return socket
 

@@ -23,6 +23,7 @@ from reame.gateway.app import create_app
 from reame.gateway.auth import SHORT_KEY, Keys, load_keys
 from reame.gateway.client import Dispatcher
 from reame.shared.config import CONFIG_PATH_ENV, Config, ConfigError
+from reame.shared.endpoints import EndpointError, LinkKeys, link_keys
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, boot
 
 log = logging.getLogger("gateway")
@@ -74,12 +75,22 @@ class GatewayApplication(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> falcon.App[falcon.Request, falcon.Response]:
         # Runs in each worker after the fork: a ZeroMQ context must not cross a fork.
-        self.dispatcher = Dispatcher(self.config.frontend_address)
+        config = self.config
+        self.dispatcher = Dispatcher(
+            config.frontend_address, keys=gateway_link_keys(config),
+            cache_address=config.cache_address if config.cache.enabled else None,
+        )
         return create_app(self.config, self.dispatcher, self.keys)
 
     def _worker_exit(self, server: Any, worker: Any) -> None:
         if self.dispatcher is not None:
             self.dispatcher.close()
+
+
+def gateway_link_keys(config: Config) -> LinkKeys:
+    """Read the CURVE keys for the dispatcher and the cachekeeper (asked by /ready); EndpointError if unusable."""
+    peers = (config.frontend_address, *([config.cache_address] if config.cache.enabled else []))
+    return link_keys(config.security, connects=peers)
 
 
 def check_bind(host: str, port: int) -> None:
@@ -107,6 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BOOT_FAILURE
     if keys.short:
         log.warning("%d API key(s) are shorter than %d characters: use long random keys", keys.short, SHORT_KEY)
+    try:
+        gateway_link_keys(config)  # read again by each gunicorn worker: checked here, before forking
+    except EndpointError as err:
+        log.error("cannot start: %s", err)
+        return EXIT_BOOT_FAILURE
     try:
         check_bind(config.server.host, config.server.port)
     except OSError as err:

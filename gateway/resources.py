@@ -24,6 +24,8 @@ from reame.shared.protocol import ChatMessage, SamplingParams
 
 JSON_TYPE: Final = "application/json"
 READY_TIMEOUT_S: Final = 1.0
+# A cachekeeper answers stats within milliseconds; one that does not is reported "off".
+CACHE_PROBE_TIMEOUT_S: Final = 0.5
 
 
 class Settings:
@@ -253,7 +255,11 @@ class Health:
 
 
 class Ready:
-    """Ready to generate: the dispatcher answers and has at least one worker."""
+    """Ready to generate: the dispatcher answers and has at least one worker.
+
+    The body also says whether the persistent cache is "on", "off" (workers serve
+    without it) or "disabled": the cache is optional, so it never makes this a 503.
+    """
 
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
@@ -271,6 +277,7 @@ class Ready:
             "idle_workers": status.idle_workers,
             "queued": status.queued,
             "running": status.running,
+            "cache": self.dispatcher.cache.state(CACHE_PROBE_TIMEOUT_S),
             "prefills": {
                 "full": status.full_prefills,
                 "reused_from_memory": status.reused_from_memory,

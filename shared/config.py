@@ -226,6 +226,17 @@ class CompressConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SecurityConfig:
+    """CURVE keys for the tcp:// links between processes (shared.endpoints reads the files)."""
+
+    curve_server_key: str = key(_text, "")
+    curve_authorized_dir: str = key(_text, "")
+    curve_client_key: str = key(_text, "")
+    curve_server_public: str = key(_text, "")
+    allow_plain_tcp: bool = key(_bool, "false")
+
+
+@dataclasses.dataclass(frozen=True)
 class LoggingConfig:
     level: str = key(_choice("debug", "info", "warning", "error"), "info")
 
@@ -241,6 +252,7 @@ class Config:
     cache: CacheConfig
     speculative: SpeculativeConfig
     compress: CompressConfig
+    security: SecurityConfig
     logging: LoggingConfig
     source: str  # the file it came from, or "(defaults)"
 
@@ -344,6 +356,7 @@ def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] 
                 raise ConfigError(f"{origin} = {shown}: expected {err}") from None
         sections[section] = _SECTION_CLASSES[section](**values)
     _check_speculative(sections["speculative"], raw["speculative"])
+    _check_security(sections["security"])
     _check_exposure(sections["server"], raw["server"])
     return Config(source=source, **sections)
 
@@ -367,6 +380,16 @@ def _check_speculative(section: SpeculativeConfig, raw: dict[str, tuple[str, str
         raise ConfigError(
             f"{origin} = {text!r}: expected speculative.draft_model_path to name a draft GGUF file with it"
         )
+
+
+def _check_security(section: SecurityConfig) -> None:
+    """Refuse half a key setting: each side needs its key and what it checks the peer against."""
+    pairs = (("curve_server_key", "curve_authorized_dir"), ("curve_client_key", "curve_server_public"))
+    for first, second in pairs:
+        given = [name for name in (first, second) if getattr(section, name)]
+        if len(given) == 1:
+            missing = second if given[0] == first else first
+            raise ConfigError(f"security.{given[0]} is set but security.{missing} is not: set both or neither")
 
 
 def _env_target(name: str) -> tuple[str | None, str | None]:

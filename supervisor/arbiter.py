@@ -7,7 +7,9 @@ loop reaps children with ``waitpid(-1, WNOHANG)`` and restarts the dead ones
 after an exponential backoff. The "serving" line is logged once the gateway's
 port accepts connections. A child that exits with ``EXIT_BOOT_FAILURE`` cannot
 start at all (bad config, missing model, address in use): restarting it would
-only loop, so reame stops and says which child.
+only loop, so reame stops and says which child. The cachekeeper is the exception:
+the cache is optional (workers serve without it), so it is an *optional* child
+whose boot failure is retried with the same backoff while everything else serves.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any, Final
 
 from reame.shared import logs
 from reame.shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
+from reame.shared.endpoints import EndpointError, link_keys
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, die_with_parent
 from reame.shared.model_file import ModelFileError, model_path
 from reame.supervisor.backoff import Backoff
@@ -50,11 +53,15 @@ _Handler = Callable[[int, FrameType | None], Any] | int | None
 
 @dataclasses.dataclass(frozen=True)
 class ChildSpec:
-    """One process to keep running: its role, its index among workers, its command line."""
+    """One process to keep running: its role, its index among workers, its command line.
+
+    reame serves without an ``optional`` child, so its failing to boot is retried, not fatal.
+    """
 
     role: str
     index: int | None
     argv: tuple[str, ...]
+    optional: bool = False
 
     @property
     def name(self) -> str:
@@ -64,7 +71,7 @@ class ChildSpec:
 def child_specs(config: Config, config_path: str | None, python: str = sys.executable) -> list[ChildSpec]:
     """Build the command lines of the dispatcher, the cachekeeper, the workers and the gateway, in start order."""
     common = ("--config", config_path) if config_path else ()
-    cachekeeper = ChildSpec("cachekeeper", None, (python, "-P", "-m", "reame.cachekeeper", *common))
+    cachekeeper = ChildSpec("cachekeeper", None, (python, "-P", "-m", "reame.cachekeeper", *common), optional=True)
     return [
         ChildSpec("dispatcher", None, (python, "-P", "-m", "reame.dispatcher", *common)),
         *([cachekeeper] if config.cache.enabled else []),
@@ -86,6 +93,17 @@ def describe_exit(code: int) -> str:
     if code == EXIT_BOOT_FAILURE:
         return f"exit code {code} (could not start)"
     return f"exit code {code}"
+
+
+def restart_delay(spec: ChildSpec, code: int, ran_for: float, backoff: Backoff) -> float | None:
+    """Return how long to wait before restarting a child that exited; None: it cannot start, stop reame.
+
+    A required child that failed to boot would only fail again; an optional one may
+    come back (a disk remounted, space freed), and nothing waits for it meanwhile.
+    """
+    if code == EXIT_BOOT_FAILURE and not spec.optional:
+        return None
+    return backoff.next_delay(ran_for)
 
 
 @dataclasses.dataclass
@@ -232,12 +250,15 @@ class Arbiter:
         what = f"{child.spec.name} (pid {pid}) exited: {describe_exit(code)} after {ran_for:.1f} s"
         if self._stopping:
             log.info("%s", what)
-        elif code == EXIT_BOOT_FAILURE:
+            return True
+        delay = restart_delay(child.spec, code, ran_for, child.backoff)
+        if delay is None:
             log.error("%s", what)
             return False
+        child.restart_at = time.monotonic() + delay
+        if code == EXIT_BOOT_FAILURE:
+            log.warning("%s; serving without it, trying again in %.1f s", what, delay)
         else:
-            delay = child.backoff.next_delay(ran_for)
-            child.restart_at = time.monotonic() + delay
             log.warning("%s; restarting it in %.1f s", what, delay)
         return True
 
@@ -304,7 +325,11 @@ def serve(config_path: str | None) -> int:
     try:
         config = load(config_path)
         model_path(config)
-    except (ConfigError, ModelFileError) as err:
+        # Every child would refuse a plain link off this machine, or a missing key file: say it once, here.
+        links = [config.frontend_address, config.backend_address]
+        links += [config.cache_address] if config.cache.enabled else []
+        link_keys(config.security, binds=links, connects=links)
+    except (ConfigError, ModelFileError, EndpointError) as err:
         print(f"reame: {err}", file=sys.stderr)
         return EXIT_USAGE
     logs.setup("reame", config.logging.level)

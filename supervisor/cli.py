@@ -116,6 +116,20 @@ def _compress(args: argparse.Namespace) -> int:
     return compress_cli.run(args.config, args.file, args.mode, args.question, args.stats)
 
 
+def _keys_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", metavar="DIR", help="where to write the keys (created 0700 if needed)")
+    parser.add_argument(
+        "--client", metavar="NAME", default="client",
+        help="name of the client pair to add (default: client); the server pair is kept if DIR has one",
+    )
+
+
+def _keys_generate(args: argparse.Namespace) -> int:
+    from reame.supervisor import keys
+
+    return keys.run(args.directory, args.client)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from reame.supervisor.arbiter import serve
 
@@ -167,6 +181,10 @@ COMMANDS: Final[tuple[Command, ...]] = (
         Command("verify", "check every entry's checksums and delete the bad ones (exit 1 if any)",
                 _cache("verify"), _cache_arguments),
         Command("purge", "delete every entry", _cache("purge"), _cache_arguments),
+    )),
+    Command("keys", "CURVE keys for the tcp:// links of a split deployment", subcommands=(
+        Command("generate", "write a server key pair, a client key pair and the directory of accepted clients",
+                _keys_generate, _keys_arguments),
     )),
     Command("compress", "print a document as the gateway's prompt compression rewrites it", _compress,
             _compress_arguments),

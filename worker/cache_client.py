@@ -30,7 +30,7 @@ from typing import Final
 
 import zmq
 
-from reame.shared import protocol
+from reame.shared import endpoints, protocol
 from reame.shared.kv_entry import CorruptEntry, EntryHeader, PayloadDecoder, decode_header
 from reame.shared.protocol import CacheChunk, CacheCorrupt, CacheHit, CacheLookup, CacheMiss, Message
 from reame.worker.cache_health import RETRY_AFTER_S, CacheCounters, Counters, Health
@@ -69,9 +69,11 @@ class CacheClient:
         retry_after: float = RETRY_AFTER_S,
         pending: int = PENDING_SAVES,
         clock: Callable[[], float] = time.monotonic,
+        keys: endpoints.LinkKeys = endpoints.PLAIN,  # CURVE for a tcp:// address
     ) -> None:
         self._context = context
         self._address = address
+        self._keys = keys
         self._fingerprint = fingerprint
         self._timeout = timeout
         self._counters = Counters()
@@ -83,7 +85,7 @@ class CacheClient:
         self._socket = self._open()
         self._uploader = Uploader(
             context, address, fingerprint.hex(), kv_type, timeout, self._health, self._counters,
-            self._next_id, pending,
+            self._next_id, pending, keys,
         )
         self._uploader.start()
 
@@ -102,6 +104,7 @@ class CacheClient:
     def _open(self) -> zmq.Socket[bytes]:
         socket = self._context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
+        endpoints.secure_client(socket, self._address, self._keys)
         socket.connect(self._address)
         return socket
 

@@ -23,7 +23,7 @@ from typing import Final
 
 import zmq
 
-from reame.shared import protocol
+from reame.shared import endpoints, protocol
 from reame.shared.kv_entry import CHUNK_BYTES
 from reame.shared.protocol import CacheChunk, CachePut, CacheStored, Message
 from reame.worker.cache_health import Counters, Health
@@ -69,9 +69,11 @@ class Uploader:
         counters: Counters,
         next_id: Callable[[], str],
         pending: int,
+        keys: endpoints.LinkKeys = endpoints.PLAIN,
     ) -> None:
         self._context = context
         self._address = address
+        self._keys = keys
         self._fingerprint = fingerprint
         self._kv_type = kv_type
         self._timeout = timeout
@@ -147,6 +149,7 @@ class Uploader:
         if self._socket is None:
             socket = self._context.socket(zmq.DEALER)
             socket.setsockopt(zmq.LINGER, 0)
+            endpoints.secure_client(socket, self._address, self._keys)
             socket.connect(self._address)
             self._socket = socket
         return self._socket

@@ -32,7 +32,7 @@ from typing import Final
 
 import zmq
 
-from reame.shared import protocol
+from reame.shared import endpoints, protocol
 from reame.shared.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
@@ -83,8 +83,10 @@ class Link:
         interval: float = HEARTBEAT_INTERVAL_S,  # tests shorten these
         liveness: int = HEARTBEAT_LIVENESS,
         on_threads: Callable[[int], None] | None = None,
+        keys: endpoints.LinkKeys = endpoints.PLAIN,  # CURVE for a tcp:// address
     ) -> None:
         self._context = context
+        self._keys = keys
         self._on_threads = on_threads  # called on the I/O thread with the dispatcher's share
         self._address = address
         self._hello = hello
@@ -178,6 +180,7 @@ class Link:
         self._close_dealer(0)
         dealer = self._context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
+        endpoints.secure_client(dealer, self._address, self._keys)
         dealer.connect(self._address)
         self._dealer = dealer
         self._poller.register(dealer, zmq.POLLIN)

@@ -18,6 +18,7 @@ from typing import Final
 import zmq
 
 from reame.shared.config import Config
+from reame.shared.endpoints import PLAIN, EndpointError, LinkKeys, link_keys
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
 from reame.shared.model_file import ModelFileError, model_alias, model_path
 from reame.shared.protocol import Error, ErrorCode, Ready
@@ -64,10 +65,10 @@ def load_model(config: Config) -> Model:
 
 
 def open_cache(
-    config: Config, context: zmq.Context[zmq.Socket[bytes]], model: Model, fingerprint: bytes
+    config: Config, context: zmq.Context[zmq.Socket[bytes]], model: Model, fingerprint: bytes, keys: LinkKeys = PLAIN
 ) -> tuple[CacheClient, PrefixCache]:
     """Connect to the cachekeeper (nothing is sent before the first lookup or save)."""
-    client = CacheClient(context, config.cache_address, fingerprint, model.kv_type, config.cache.timeout)
+    client = CacheClient(context, config.cache_address, fingerprint, model.kv_type, config.cache.timeout, keys=keys)
     cache = PrefixCache(
         client, fingerprint, model.kv_type, model.n_ctx, config.cache.block_tokens, config.cache.min_tokens
     )
@@ -99,6 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, config = booted
     stop = StopFlag()
     stop.install()
+    peers = (config.backend_address, *([config.cache_address] if config.cache.enabled else []))
+    try:
+        keys = link_keys(config.security, connects=peers)
+    except EndpointError as err:
+        log.error("cannot start: %s", err)
+        return EXIT_BOOT_FAILURE
 
     started = time.perf_counter()
     try:
@@ -139,12 +146,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         threads=config.workers.threads, host=socket.gethostname(),
     )
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    link = Link(context, config.backend_address, hello, on_threads=model.use_threads)
+    link = Link(context, config.backend_address, hello, on_threads=model.use_threads, keys=keys)
     cache: CacheClient | None = None
     code = 1
     try:
         if config.cache.enabled:
-            cache, engine.cache = open_cache(config, context, model, fingerprint)
+            cache, engine.cache = open_cache(config, context, model, fingerprint, keys)
         link.start()
         log.info(
             "worker %s serving for %s; persistent KV cache %s", hello.worker_id, config.backend_address,

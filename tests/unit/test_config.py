@@ -48,6 +48,8 @@ def test_unrelated_environment_is_ignored() -> None:
         ("[sampling]\ntemperature = 3\n", {}, ["temperature", "'3'", "from 0.0 to 2.0"]),
         ("[logging]\nlevel = loud\n", {}, ["level", "'loud'", "one of debug"]),
         ("[dispatcher]\nbackend = http://x\n", {}, ["backend", "ipc://"]),
+        ("[security]\ncurve_server_key = /k\n", {}, ["curve_server_key", "curve_authorized_dir"]),
+        ("", {"REAME_SECURITY_CURVE_SERVER_PUBLIC": "/k"}, ["curve_server_public", "curve_client_key"]),
         ("", {"REAME_SERVER_PROT": "1"}, ["REAME_SERVER_PROT"]),
         ("", {"REAME_WORKERS_COUNT": "-1"}, ["REAME_WORKERS_COUNT", "'-1'"]),
         ("not an ini file\n", {}, ["not valid INI"]),

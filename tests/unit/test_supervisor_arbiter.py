@@ -16,21 +16,23 @@ import pytest
 
 from reame.shared.config import load
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE
-from reame.supervisor.arbiter import child_specs, describe_exit, port_open
+from reame.supervisor.arbiter import ChildSpec, child_specs, describe_exit, port_open, restart_delay
+from reame.supervisor.backoff import Backoff
 from tests.waiting import PATIENCE_S, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = PATIENCE_S  # an upper bound for a busy machine: only a failure waits it out
 
 # Runs the arbiter in its own process (it installs signal handlers and reaps
-# every child of its process), with the specs and grace period given as JSON.
+# every child of its process), with the specs and grace period given as JSON;
+# a spec's optional fourth item marks an optional child.
 DRIVER = """
 import json, logging, sys
 from reame.shared import logs
 from reame.supervisor.arbiter import Arbiter, ChildSpec
 specs, grace = json.loads(sys.argv[1])
 logs.setup("reame", "info")
-children = [ChildSpec(role, index, tuple(argv)) for role, index, argv in specs]
+children = [ChildSpec(role, index, tuple(argv), *rest) for role, index, argv, *rest in specs]
 sys.exit(Arbiter(children, grace=grace, banner="all started").run())
 """
 
@@ -43,6 +45,10 @@ if mode == "stubborn":
 open(os.path.join(directory, f"{name}.{os.getpid()}"), "w").close()
 time.sleep(120)
 """
+
+
+# role, index, argv[, optional]
+Spec = tuple[str, int | None, list[str]] | tuple[str, int | None, list[str], bool]
 
 
 def child(directory: Path, name: str, mode: str = "normal") -> list[str]:
@@ -60,7 +66,7 @@ def alive(pid: int) -> bool:
 class Run:
     """One arbiter process and the pids its children recorded."""
 
-    def __init__(self, directory: Path, specs: list[tuple[str, int | None, list[str]]], grace: float):
+    def __init__(self, directory: Path, specs: list[Spec], grace: float):
         self.directory = directory
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
@@ -83,7 +89,7 @@ class Run:
 def runs(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     started: list[Run] = []
 
-    def start(specs: list[tuple[str, int | None, list[str]]], grace: float = 5.0) -> Run:
+    def start(specs: list[Spec], grace: float = 5.0) -> Run:
         run = Run(tmp_path, specs, grace)
         started.append(run)
         return run
@@ -131,6 +137,36 @@ def test_child_that_cannot_boot_is_not_respawned(tmp_path: Path, runs: Callable[
     assert not alive(int(dispatcher))
 
 
+def test_optional_child_that_cannot_boot_is_retried_while_the_rest_serves(
+    tmp_path: Path, runs: Callable[..., Run]
+) -> None:
+    # Records each attempt, then fails to boot, as a cachekeeper with an unwritable directory does.
+    boot_failure = [sys.executable, "-c", CHILD.replace("time.sleep(120)", f"sys.exit({EXIT_BOOT_FAILURE})"),
+                    str(tmp_path), "c", "normal"]
+    run = runs([("dispatcher", None, child(tmp_path, "d")), ("cachekeeper", None, boot_failure, True)])
+    wait_for(lambda: len(run.pids("c")) >= 3, what="the cachekeeper to be tried three times")
+    assert run.proc.poll() is None
+    (dispatcher,) = run.pids("d")  # never restarted: the failure concerned only the cachekeeper
+    assert alive(dispatcher)
+    run.proc.send_signal(signal.SIGTERM)
+    code, err = run.finish()
+    assert code == 0, err
+    assert "cachekeeper (pid" in err and "serving without it, trying again in 0.5 s" in err
+    assert "trying again in 1.0 s" in err  # backing off, not looping
+    assert "could not start (exit code 3, see its log above): not restarting it" not in err
+
+
+def test_restart_policy_after_an_exit() -> None:
+    required = ChildSpec("worker", 0, ("w",))
+    optional = ChildSpec("cachekeeper", None, ("c",), optional=True)
+    backoff = Backoff(initial=0.5, maximum=4.0, reset_after=60.0)
+    assert restart_delay(required, EXIT_BOOT_FAILURE, 0.1, backoff) is None
+    assert [restart_delay(optional, EXIT_BOOT_FAILURE, 0.1, backoff) for _ in range(5)] == [0.5, 1.0, 2.0, 4.0, 4.0]
+    assert restart_delay(optional, EXIT_BOOT_FAILURE, 61.0, backoff) == 0.5  # it had run well: start over
+    assert restart_delay(required, 1, 0.1, Backoff()) == 0.5
+    assert restart_delay(required, -signal.SIGKILL, 0.1, Backoff()) == 0.5
+
+
 def test_children_that_ignore_sigterm_are_killed_after_the_grace_period(
     tmp_path: Path, runs: Callable[..., Run]
 ) -> None:
@@ -152,6 +188,7 @@ def test_child_command_lines(tmp_path: Path) -> None:
     conf = tmp_path / "reame.conf"
     conf.write_text("[workers]\ncount = 2\n")
     specs = child_specs(load(conf, environ={}), "/etc/reame.conf", python="/py")
+    assert [s.name for s in specs if s.optional] == ["cachekeeper"]
     assert [(s.name, s.argv) for s in specs] == [
         ("dispatcher", ("/py", "-P", "-m", "reame.dispatcher", "--config", "/etc/reame.conf")),
         ("cachekeeper", ("/py", "-P", "-m", "reame.cachekeeper", "--config", "/etc/reame.conf")),

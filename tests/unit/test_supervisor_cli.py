@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from reame.shared.config import CONFIG_PATH_ENV
-from reame.supervisor import cli
+from reame.supervisor import arbiter, cli
 
 
 @pytest.fixture(autouse=True)
@@ -121,6 +121,17 @@ def test_serve_refuses_a_missing_model(monkeypatch: pytest.MonkeyPatch, capsys: 
     monkeypatch.setenv("REAME_MODEL_PATH", "/nonexistent/model.gguf")
     assert cli.main(["serve"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_serve_refuses_plain_tcp_off_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(arbiter.Arbiter, "run", lambda self: pytest.fail("reame serve started its children"))
+    conf = tmp_path / "reame.conf"
+    conf.write_text("[dispatcher]\nbackend = tcp://192.0.2.1:5555\n")  # TEST-NET: never bound
+    assert cli.main(["serve", "--config", str(conf)]) == 2
+    err = capsys.readouterr().err
+    assert "tcp://192.0.2.1:5555" in err and "curve_server_key" in err and "allow_plain_tcp" in err
 
 
 def test_serve_does_not_import_the_engine() -> None:
