@@ -84,7 +84,14 @@ def test_a_second_worker_and_a_restart_reuse_the_stored_document(tmp_path: Path)
         warm = server.post_json("/v1/cache/warm", {"messages": [{"role": "system", "content": DOCUMENT}]})
         assert warm[0] == 200, warm
         assert warm[2]["cached"] is True and warm[2]["object"] == "cache.warm"
-        # The dispatcher hands work to the longest-idle worker: not the one that warmed.
+        # Two unrelated requests, one after the other: the longest-idle worker takes each,
+        # so both workers then hold something else and the document must come from the store.
+        for prompt in ("Say one word.", "Say two words."):
+            status, _, body = server.post_json(
+                "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": prompt}],
+                                         "max_tokens": 2, "reame": {"cache": False}},
+            )
+            assert status == 200, body
         answer, prompt_tokens, cached = ask(server, QUESTIONS[2])
         assert cached > prompt_tokens // 2
         assert "restored" in server.log()
