@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
-import enum
 import os
 import tempfile
 import typing
@@ -20,8 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from reame.shared.apikeys import Secrets, exposure_problem, parse_api_keys
+from reame.shared.config_parsers import address as _address
+from reame.shared.config_parsers import boolean as _bool
+from reame.shared.config_parsers import choice as _choice
+from reame.shared.config_parsers import integer as _int
+from reame.shared.config_parsers import mode as _mode
+from reame.shared.config_parsers import number as _float
+from reame.shared.config_parsers import size as _size
+from reame.shared.config_parsers import text as _text
 from reame.shared.kv_entry import MAX_LEVEL, MIN_LEVEL
-from reame.shared.modes import CompressMode, SpeculativeMode, choices
+from reame.shared.modes import CompressMode, SpeculativeMode
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -35,94 +42,7 @@ class ConfigError(ValueError):
     """A configuration key or value that cannot be used."""
 
 
-_Mode = TypeVar("_Mode", bound=enum.StrEnum)
 _Section = TypeVar("_Section", bound="DataclassInstance")
-
-
-def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise ValueError("an integer") from None
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            bounds = f"from {lo}" + (f" to {hi}" if hi is not None else " up")
-            raise ValueError(f"an integer {bounds}")
-        return value
-
-    return parse
-
-
-def _float(lo: float | None = None, hi: float | None = None) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text.strip())
-        except ValueError:
-            raise ValueError("a number") from None
-        if value != value or (lo is not None and value < lo) or (hi is not None and value > hi):
-            bounds = f"from {lo}" + (f" to {hi}" if hi is not None else " up")
-            raise ValueError(f"a number {bounds}")
-        return value
-
-    return parse
-
-
-def _mode(modes: type[_Mode]) -> Callable[[str], _Mode]:
-    def parse(text: str) -> _Mode:
-        try:
-            return modes(text.strip().lower())
-        except ValueError:
-            raise ValueError("one of " + choices(modes)) from None
-
-    return parse
-
-
-def _choice(*options: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = text.strip().lower()
-        if value not in options:
-            raise ValueError("one of " + ", ".join(options))
-        return value
-
-    return parse
-
-
-_SIZE_UNITS: Final = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-                      "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-
-
-def _size(text: str) -> int:
-    """Parse a byte size such as ``20GB``, ``512MiB`` or ``1000000``."""
-    value = text.strip().upper().replace(" ", "")
-    number = value.rstrip("KMGTIB")
-    unit = value[len(number):]
-    try:
-        amount = float(number)
-    except ValueError:
-        amount = -1.0
-    if unit not in _SIZE_UNITS or not amount >= 0:
-        raise ValueError("a size in bytes such as 20GB, 512MiB or 1000000")
-    return int(amount * _SIZE_UNITS[unit])
-
-
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("true", "yes", "on", "1"):
-        return True
-    if value in ("false", "no", "off", "0"):
-        return False
-    raise ValueError("true or false")
-
-
-def _text(text: str) -> str:
-    return text.strip()
-
-
-def _address(text: str) -> str:
-    value = text.strip()
-    if value and not value.startswith(("ipc://", "tcp://")):
-        raise ValueError("empty, or a ZeroMQ address starting with ipc:// or tcp://")
-    return value
 
 
 @dataclasses.dataclass(frozen=True)
