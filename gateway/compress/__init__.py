@@ -22,13 +22,15 @@ as it is in every mode, and text that is not English (:func:`lexicon.is_english`
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from typing import Final
 
 from reame.gateway.compress import lexicon
 from reame.gateway.compress.dedupe import dedupe
 from reame.gateway.compress.facts import facts
-from reame.gateway.compress.fixpoint import fixpoint
+from reame.gateway.compress.fixpoint import Overtime, fixpoint
 from reame.gateway.compress.normalize import looks_like_code, normalize
 from reame.gateway.compress.query import rank
 from reame.gateway.compress.telegraph import telegraph
@@ -36,6 +38,17 @@ from reame.shared.modes import CompressMode, choices
 
 # Each rule only removes text, so a few passes reach a text that no rule changes.
 MAX_PASSES: Final = 4
+# Safety nets against hostile input, which no document that fits a served context
+# reaches (a 32k-token context holds ~128 KB of English). Longer than FACTS_MAX_CHARS,
+# a text gets ``lossless`` at most (``facts`` costs ~10 µs a character on a small CPU,
+# ``lossless`` ~1 µs); longer than MAX_CHARS it is sent as it is. No pass starts after
+# TIME_BUDGET_S (ordinary documents take well under a second): the text is then sent
+# ``lossless``-normalised. Every rule is linear, so a pass on a capped text is bounded.
+FACTS_MAX_CHARS: Final = 256 * 1024
+MAX_CHARS: Final = 1024 * 1024
+TIME_BUDGET_S: Final = 5.0
+
+log = logging.getLogger(__name__)
 
 
 def compress(
@@ -51,14 +64,22 @@ def compress(
         mode = CompressMode(mode)
     except ValueError:
         raise ValueError(f"unknown compression mode {mode!r}; expected one of {choices(CompressMode)}") from None
-    if mode == CompressMode.OFF or looks_like_code(text):
+    if mode == CompressMode.OFF or len(text) > MAX_CHARS or looks_like_code(text):
         return text
+    deadline = time.monotonic() + TIME_BUDGET_S
+    capped = len(text) > FACTS_MAX_CHARS
     # The facts rules know English words only: in another language a negation would look like filler.
-    stage = _lossless if mode == CompressMode.LOSSLESS or not lexicon.is_english(text) else _facts
-    text = fixpoint(stage, text, MAX_PASSES)
-    if mode == CompressMode.QUERY:
-        text = rank(text, question, budget, count or approximate_tokens)
-    return text
+    stage = _lossless if mode == CompressMode.LOSSLESS or capped or not lexicon.is_english(text) else _facts
+    try:
+        out = fixpoint(stage, text, MAX_PASSES, deadline)
+        if mode == CompressMode.QUERY and not capped:
+            if time.monotonic() > deadline:
+                raise Overtime(out)
+            out = rank(out, question, budget, count or approximate_tokens)
+    except Overtime as over:
+        log.warning("compression of %d characters ran past %.0f s: sent lossless", len(text), TIME_BUDGET_S)
+        return over.text if stage is _lossless else _lossless(text)
+    return out
 
 
 def approximate_tokens(text: str) -> int:

@@ -72,8 +72,13 @@ ASIDE_MIN_WORDS: Final = 4
 
 _DIGIT: Final = re.compile(r"\d")
 _MONEY: Final = re.compile(r"[$€£¥₹¢%‰]")
+# Only searched for, never replaced: each address form is tried from the start of a
+# run of its characters only (an attempt from inside a run reaches the same "@" or "."
+# and can only succeed if the one from its start does), so a long run costs its length,
+# not its length squared. A domain needs a letter or digit in its run, as "\b" did.
 _ADDRESS: Final = re.compile(
-    r"[\w.+-]+@[\w-]+\.[\w.-]+|\bhttps?://|\bwww\.|\b[\w-]+\.(?:com|org|net|io|co|uk|ie|de|fr|eu|gov|edu|info|biz|app|dev)\b",
+    r"(?<![\w.+-])[\w.+-]++@[\w-]++\.[\w.-]+|\bhttps?://|\bwww\."
+    r"|(?<![\w-])-*+\w[\w-]*+\.(?:com|org|net|io|co|uk|ie|de|fr|eu|gov|edu|info|biz|app|dev)\b",
     re.I,
 )
 # A capitalised word (or an acronym) after a word, a comma or a bracket: not the first of a sentence.
@@ -81,7 +86,9 @@ _NAME: Final = re.compile(
     r"(?:(?<=[\w,;)] )|(?<=[\w,;)] [\"'\u201c\u2018(]))(?:[A-Z][\w'\u2019&.-]*[a-z0-9]|[A-Z]{2,})(?![\w'\u2019])"
 )
 _NOT_NAMES: Final = frozenset({"I", "I'm", "I've", "I'll", "I'd", "OK"})
-_NAV_SEPARATORS: Final = re.compile(r"\s+[|·•»>/]\s+|\s*\|\s*")
+# A separator starting with spaces starts at the first of them (one from inside the run
+# would fail as the one from its start did; a match always takes the spaces after it).
+_NAV_SEPARATORS: Final = re.compile(r"(?:(?<!\s)|(?!\s))(?:\s++[|·•»>/]\s++|\s*+\|\s*+)")
 _BUTTONS: Final = re.compile(r"^(?:\[[^\]]{1,60}\]\s*)+$")
 _CLAUSE: Final = re.compile(
     r"(;\s+|,\s+(?:and|so|while|whereas|which|who|because|although|though|so that)\s+)"
@@ -98,7 +105,7 @@ _INSTRUCTION: Final = re.compile(
 _NOT_A_COUNT: Final = re.compile(r"\b(?:one of (?:the|our|these|those|its|their|my|your)|no one|one another)\b", re.I)
 _ASIDE: Final = re.compile(r" \(([^()]{3,})\)(?=[\s.,;:!?]|$)")
 _AS_IF: Final = re.compile(r"\bas\s+if\b", re.I)  # a comparison, not a condition
-_EXCLAMATION: Final = re.compile(r"!+[\"'\u201d\u2019)\]]*$")
+_EXCLAMATION: Final = re.compile(r"(?<!!)!++[\"'\u201d\u2019)\]]*+$")  # from a run's start: linear
 
 
 def facts(text: str) -> str:

@@ -13,12 +13,19 @@ from typing import Final
 
 
 def words(*items: str) -> re.Pattern[str]:
-    """Compile whole-word alternatives; ``*`` at the end of an item allows any ending."""
+    r"""Compile whole-word alternatives; ``*`` at the end of an item allows any ending.
+
+    Every item starts with a letter, so ``(?=\w)`` changes no match; it stops the
+    attempt at once where no word starts: a run of punctuation tried all the
+    alternatives at each of its characters (40 times slower than prose).
+    """
     parts = []
     for item in sorted(items, key=len, reverse=True):
+        if not item[:1].isalpha():
+            raise ValueError(f"a word list item must start with a letter: {item!r}")
         stem = re.escape(item.rstrip("*")).replace(r"\ ", r"\s+")
         parts.append(stem + (r"\w*" if item.endswith("*") else ""))
-    return re.compile(r"(?<![\w'\u2019-])(?:" + "|".join(parts) + r")(?![\w-])", re.I)
+    return re.compile(r"(?<![\w'\u2019-])(?=\w)(?:" + "|".join(parts) + r")(?![\w-])", re.I)
 
 
 def _all(groups: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
@@ -50,8 +57,9 @@ NEGATIONS: Final = words(
     "unable", "non", "nil", "neither", "prohibit*", "forbid*", "ban", "banned", "void", "refuse*", "decline*",
     "exclud*",
 )
-# Contractions: don't, isn't, won't, can't (any apostrophe).
-NEGATED_CONTRACTION: Final = re.compile(r"\w+n['\u2019]t\b|\bcan['\u2019]t\b|\bwon['\u2019]t\b", re.I)
+# Contractions: don't, isn't, won't, can't (any apostrophe). Searched for only, so tried
+# from the start of a word only: from inside it, "\w+" reaches the same "n't" (linear).
+NEGATED_CONTRACTION: Final = re.compile(r"(?<!\w)\w+n['\u2019]t\b|\bcan['\u2019]t\b|\bwon['\u2019]t\b", re.I)
 # Hyphenated prefixes: non-refundable, no-show, non-smoking.
 NEGATED_PREFIX: Final = re.compile(r"(?<![\w-])(?:non|no|un)-\w", re.I)
 

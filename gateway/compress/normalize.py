@@ -32,6 +32,8 @@ import re
 import unicodedata
 from typing import Final
 
+from reame.gateway.compress.markup import links, strip_comments, strip_scripts, unbold, undecorate
+
 # Elements whose tags separate paragraphs, and those that end a line (a row, a break).
 _BLOCK_TAGS: Final = (
     "address|article|aside|blockquote|body|div|dl|figure|footer|form|h[1-6]|head|header|hr|html|main|nav|ol|p|"
@@ -43,9 +45,7 @@ _INLINE_TAGS: Final = (
     "time|u|var|wbr|center|li"
 )
 _ATTRS: Final = r"""(?:\s+[^<>"'=\s]+(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^<>"'\s]+))?)*\s*/?"""
-_COMMENT: Final = re.compile(r"<!--.*?-->", re.S)
-_SCRIPT: Final = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.S | re.I)
-_CELL_END: Final = re.compile(rf"</t[dh]\s*>[ \t]*(?=<t[dh]{_ATTRS}>)", re.I)
+_CELL_END: Final = re.compile(rf"</t[dh]\s*+>[ \t]*+(?=<t[dh]{_ATTRS}>)", re.I)
 _LIST_ITEM: Final = re.compile(rf"<li{_ATTRS}>", re.I)
 # A break or a row's end already followed by a newline in the source is one line end, not two.
 _LINE_END: Final = re.compile(rf"(?:<br{_ATTRS}>|</(?:{_LINE_TAGS})\s*>)[ \t]*\n?", re.I)
@@ -60,15 +60,15 @@ _CONTROL: Final = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 _COMPAT: Final = re.compile("[\uff01-\uff5e\ufb00-\ufb06]")
 
 _FENCE: Final = re.compile(r"^(```|~~~).*?(?:^\1[ \t]*$|\Z)", re.S | re.M)
-_BOLD: Final = re.compile(r"(\*\*|__)(?=\S)((?:(?!\n[ \t]*\n).)+?)(?<=\S)\1", re.S)  # within a paragraph
 _EMPHASIS: Final = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![\w*])")
-_IMAGE: Final = re.compile(r"!\[([^\]\n]*)\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")
-_LINK: Final = re.compile(r"\[([^\]\n]+)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 _QUOTE_MARK: Final = re.compile(r"^(?:>[ \t]?)+", re.M)
 _RULE: Final = re.compile(r"^[ \t]*(?:[-=_*~#·•][ \t]*){3,}$", re.M)
 # The whole line goes, so the header stays next to its rows.
-_TABLE_SEPARATOR: Final = re.compile(r"^[ \t]*\|?(?:[ \t]*:?-{2,}:?[ \t]*\|)+(?:[ \t]*:?-{2,}:?[ \t]*)?(?:\n|$)", re.M)
-_DECORATION: Final = re.compile(r"^[ \t]*[=~*#]{3,}[ \t]*(.*?\S)[ \t]*[=~*#]{3,}[ \t]*$", re.M)
+# Possessive: no run of spaces or dashes can be split another way (each is followed by
+# something it cannot hold), so a line that is no separator fails in linear time.
+_TABLE_SEPARATOR: Final = re.compile(
+    r"^[ \t]*+\|?+(?:[ \t]*+:?+-{2,}+:?+[ \t]*+\|)++(?:[ \t]*+:?+-{2,}+:?+[ \t]*+)?+(?:\n|$)", re.M
+)
 _LEADER: Final = re.compile(r"(?<=\S)[ \t]*(?:\.[ \t]?){4,}[ \t]*(?=\S)|(?<=\S)[ \t]*_{4,}[ \t]*(?=\S)")
 
 _RUNS: Final = re.compile(r" {2,}")
@@ -110,8 +110,8 @@ def strip_html(text: str) -> str:
     """Remove HTML markup of known elements and decode entities (until none is left)."""
     for _ in range(_MAX_ENTITY_PASSES):
         before = text
-        text = _COMMENT.sub("", text)
-        text = _SCRIPT.sub("", text)
+        text = strip_comments(text)
+        text = strip_scripts(text)
         text = _CELL_END.sub(" | ", text)
         text = _LIST_ITEM.sub("\n- ", text)
         text = _LINE_END.sub("\n", text)
@@ -129,16 +129,15 @@ def markdown(text: str) -> str:
     """Remove markdown syntax that carries no content."""
     text = _TABLE_SEPARATOR.sub("", text)
     text = _RULE.sub("", text)
-    text = _DECORATION.sub(r"\1", text)
+    text = undecorate(text)
     text = _QUOTE_MARK.sub("", text)
-    text = _IMAGE.sub(r"\1", text)
-    text = _LINK.sub(_link, text)
-    text = _BOLD.sub(r"\2", text)
+    text = links(text, image=True, render=lambda alt, _url: alt)
+    text = links(text, image=False, render=_link)
+    text = unbold(text)  # within a paragraph
     return _EMPHASIS.sub(r"\1", text)
 
 
-def _link(match: re.Match[str]) -> str:
-    label, url = match.group(1), match.group(2)
+def _link(label: str, url: str) -> str:
     if label == url or url.startswith("#"):  # an in-page anchor says nothing to a reader
         return label
     return f"{label} ({url})"
@@ -189,7 +188,7 @@ def looks_like_code(text: str) -> bool:
     if start[:1] in ("{", "["):
         try:
             json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # "[" * 10_000 nests deeper than the decoder goes
             pass
         else:
             return True

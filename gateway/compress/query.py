@@ -29,6 +29,12 @@ from reame.gateway.compress.facts import is_hard
 from reame.gateway.compress.segment import Kind, Line, join, section_ends, split_lines
 
 HARD_BONUS: Final = 0.5
+# A line is scored with the text of the headings above it. When those texts, summed
+# over the lines, exceed this many times the document (a long heading above many
+# lines: only a hostile input has that), each line's words are counted once and the
+# sums are built from them instead, which is linear; float sums may then differ in
+# their last bit, so ordinary documents keep the exact arithmetic.
+PARENT_TEXT_FACTOR: Final = 4
 _SAME: Final = {
     "tel": "phone", "telephone": "phone", "mobile": "phone", "e-mail": "email", "mail": "email",
     "web": "website", "site": "website", "www": "website", "addr": "address",
@@ -49,15 +55,22 @@ def rank(text: str, question: str, budget: int, count: Callable[[str], int]) -> 
     asked = terms(question)
     units = _units(lines)
     parents = _parents(lines)
-    # A line is read with the headings above it: a table row with its header row, an item with its title.
-    texts = [_text(lines, [*parents[unit[0]], *unit]) for unit in units]
-    weights = _rarity([terms(text) for text in texts], len(units))
-    scores = [score(text, asked, weights) for text in texts]
+    if sum(len(lines[h].text) + 1 for unit in units for h in parents[unit[0]]) <= PARENT_TEXT_FACTOR * len(text):
+        # A line is read with the headings above it: a table row with its header row, an item with its title.
+        texts = [_text(lines, [*parents[unit[0]], *unit]) for unit in units]
+        weights = _rarity([terms(text) for text in texts], len(units))
+        scores = [score(text, asked, weights) for text in texts]
+    else:
+        scores = _scores_linear(lines, units, parents, asked)
+    sizes: dict[int, int] = {}  # a heading is counted once, however many lines it heads
     chosen: set[int] = set()
     used = 0
     for u in sorted(range(len(units)), key=lambda u: (-scores[u], u)):
         new = [j for j in (*parents[units[u][0]], *units[u]) if j not in chosen]
-        cost = sum(count(lines[j].text) + 1 for j in new)
+        for j in new:
+            if j not in sizes:
+                sizes[j] = count(lines[j].text) + 1
+        cost = sum(sizes[j] for j in new)
         if used + cost > budget:
             continue
         chosen.update(new)
@@ -68,23 +81,33 @@ def rank(text: str, question: str, budget: int, count: Callable[[str], int]) -> 
 def _units(lines: list[Line]) -> list[list[int]]:
     """Group line indexes into the units chosen whole: one line, or one fenced code block."""
     units: list[list[int]] = []
+    closes = _closing_fences(lines)
     for i, line in enumerate(lines):
         if line.kind is Kind.BLANK or (line.kind is Kind.HEADING and not is_hard(line.text)):
             continue  # a short line with a fact ("Tel: 0117 496 0291") looks like a title but is chosen on its own
-        if line.kind is Kind.CODE and i > 0 and lines[i - 1].kind is Kind.CODE and not _closes(lines, i - 1):
+        if line.kind is Kind.CODE and i > 0 and lines[i - 1].kind is Kind.CODE and not closes[i - 1]:
             units[-1].append(i)
         else:
             units.append([i])
     return units
 
 
-def _closes(lines: list[Line], i: int) -> bool:
-    """Tell whether code line ``i`` is the closing fence of its block."""
-    start = i
-    while start > 0 and lines[start - 1].kind is Kind.CODE:
-        start -= 1
-    fences = sum(1 for j in range(start, i + 1) if lines[j].text.strip().startswith(("```", "~~~")))
-    return fences >= 2 and fences % 2 == 0
+def _closing_fences(lines: list[Line]) -> list[bool]:
+    """Tell, for each line, whether it is the closing fence of its block of code lines.
+
+    It is when the fences from the start of its run of code lines up to it, itself
+    included, are an even number (two or more); counted in one pass.
+    """
+    out: list[bool] = []
+    fences = 0
+    for line in lines:
+        if line.kind is not Kind.CODE:
+            fences = 0
+            out.append(False)
+            continue
+        fences += line.text.strip().startswith(("```", "~~~"))
+        out.append(fences >= 2 and fences % 2 == 0)
+    return out
 
 
 def _text(lines: list[Line], unit: list[int]) -> str:
@@ -125,12 +148,65 @@ def _rarity(documents: list[set[str]], total: int) -> dict[str, float]:
 
 
 def _parents(lines: list[Line]) -> list[tuple[int, ...]]:
-    """For each line, the headings whose sections contain it (outermost first)."""
+    """For each line, the headings whose sections contain it (outermost first).
+
+    The headings still open are kept as they come, not looked for again above every
+    line; sections nest, each heading within one of a higher level, so they are few.
+    """
     ends = section_ends(lines)
     parents: list[tuple[int, ...]] = []
-    for i in range(len(lines)):
-        parents.append(tuple(h for h in range(i) if lines[h].kind is Kind.HEADING and ends[h] > i))
+    above: list[int] = []
+    for i, line in enumerate(lines):
+        above = [h for h in above if ends[h] > i]
+        parents.append(tuple(above))
+        if line.kind is Kind.HEADING:
+            above.append(i)
     return parents
+
+
+def _scores_linear(
+    lines: list[Line], units: list[list[int]], parents: list[tuple[int, ...]], asked: set[str]
+) -> list[float]:
+    """Score units as :func:`score` does, reading each line once (for long headings).
+
+    A unit shares the question's terms found in its headings or its own lines; the
+    headings' share, its rarity counts and its sum are worked out once per run of
+    headings, not once per line under them.
+    """
+    own: dict[int, set[str]] = {}
+    hard: dict[int, bool] = {}
+    for unit in units:
+        for j in (*parents[unit[0]], *unit):
+            if j not in own:
+                own[j] = asked & terms(lines[j].text)
+                hard[j] = is_hard(lines[j].text)
+    heads: dict[tuple[int, ...], set[str]] = {}
+    under: dict[tuple[int, ...], int] = {}  # units below each run of headings
+    extras: list[set[str]] = []  # per unit: its own terms that its headings do not have
+    for unit in units:
+        chain = parents[unit[0]]
+        if chain not in heads:
+            heads[chain] = set().union(*(own[h] for h in chain))
+        under[chain] = under.get(chain, 0) + 1
+        extras.append(set().union(*(own[j] for j in unit)) - heads[chain])
+    frequency: dict[str, int] = {}
+    for chain, head in heads.items():
+        for term in head:
+            frequency[term] = frequency.get(term, 0) + under[chain]
+    for extra in extras:
+        for term in extra:
+            frequency[term] = frequency.get(term, 0) + 1
+    weights = {term: math.log(1 + len(units) / n) for term, n in frequency.items()}
+    head_sums = {chain: sum(weights[t] for t in head) for chain, head in heads.items()}
+    scores: list[float] = []
+    for unit, extra in zip(units, extras, strict=True):
+        chain = parents[unit[0]]
+        if not heads[chain] and not extra:
+            scores.append(0.0)
+            continue
+        bonus = HARD_BONUS if any(hard[j] for j in (*chain, *unit)) else 0.0
+        scores.append(head_sums[chain] + sum(weights[t] for t in extra) + bonus)
+    return scores
 
 
 def _with_breaks(lines: list[Line], chosen: set[int]) -> list[Line]:

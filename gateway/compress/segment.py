@@ -49,12 +49,17 @@ _MD_HEADING: Final = re.compile(r"^(#{1,6})\s+\S")
 ITEM_MARK: Final = re.compile(r"^(?:[-*+•]|\d{1,3}[.)]|\(\d{1,3}\)|\(?[a-zA-Z]\))\s+(?=\S)")
 CLAUSE_LABEL: Final = re.compile(r"^\d{1,2}(?:\.\d{1,2}){1,3}\.?\s+(?=[A-Z\"“(])")
 _FINAL_PUNCTUATION: Final = re.compile(r"[.!?,;\"'\u201d\u2019)]$")
-_NUMBERED_CAPS: Final = re.compile(r"^\d{1,3}(?:\.\d{1,3})*\.?\s+[^a-z]+$")
+# One space then the rest: "\s+[^a-z]+" split every run of spaces both ways before failing.
+_NUMBERED_CAPS: Final = re.compile(r"^\d{1,3}(?:\.\d{1,3})*\.?\s[^a-z]++$")
 
 # A sentence ends at . ! or ? (with closing quotes or brackets) before a space and a
 # capital, a digit or an opening quote, unless the word before the stop is an
-# abbreviation or a single initial.
-_BOUNDARY: Final = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s+[\"'\u201c\u2018(\[]?[A-Z0-9£$€¥₹])")
+# abbreviation or a single initial. A run of stops is taken whole, from its first
+# character only: tried from each of its characters, "!" * n cost n^2 (an attempt
+# inside a run ends where the one from its start did, so it can only fail too).
+_BOUNDARY: Final = re.compile(
+    r"(?<![.!?])[.!?]++[\"'\u201d\u2019)\]]*+(?=\s++[\"'\u201c\u2018(\[]?+[A-Z0-9£$€¥₹])"
+)
 _ABBREVIATIONS: Final = frozenset({
     "a.k.a", "a.m", "approx", "apt", "ave", "ca", "cf", "co", "corp", "dept", "dr", "e.g", "est", "etc",
     "excl", "i.e", "inc", "incl", "jr", "ltd", "max", "min", "mr", "mrs", "ms", "mt",
@@ -63,7 +68,7 @@ _ABBREVIATIONS: Final = frozenset({
 })
 # Abbreviations that stand before a number: "No." ends a sentence unless a digit follows.
 _BEFORE_NUMBERS: Final = frozenset({"no", "nos", "vol", "fig", "op", "ref", "pp"})
-_NEXT_DIGIT: Final = re.compile(r"\s*\d")
+_NEXT_DIGIT: Final = re.compile(r"\s*+\d")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +154,24 @@ def sentences(text: str) -> list[str]:
 def is_question(sentence: str) -> bool:
     """Tell whether a sentence ends with a question mark (before closing quotes or brackets)."""
     return sentence.rstrip("\"'\u201d\u2019)]* ").endswith("?")
+
+
+def last_token(text: str, end: int) -> str | None:
+    """Return the last word of ``text[:end]`` split at white space (``None`` if it has none).
+
+    The same as ``text[:end].rsplit(None, 1)[-1]``, but reading back only as far as the
+    word starts: called once per match on a long line, copying the line before each
+    match made that line's cost quadratic.
+    """
+    size = 64
+    while True:
+        start = max(0, end - size)
+        parts = text[start:end].rsplit(None, 1)
+        if start == 0:
+            return parts[-1] if parts else None
+        if len(parts) == 2 or (parts and text[start].isspace()):
+            return parts[-1]
+        size *= 2
 
 
 def _abbreviation_before(text: str, stop: int, after: int) -> bool:

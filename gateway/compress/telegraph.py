@@ -44,6 +44,7 @@ from reame.gateway.compress.segment import (
     Line,
     is_question,
     join,
+    last_token,
     sentences,
     split_lines,
 )
@@ -63,10 +64,13 @@ _COUNTED: Final = (
 _ARTICLE: Final = re.compile(r"(?<![\w'\u2019.&/-])(?<!\bis )(?<!\bare )(?:the|an?)\s+(?=[a-z0-9£$€¥₹\"\u201c(])")
 _COUNT_NEXT: Final = re.compile(rf"(?:{_COUNTED})\b")
 _FIRST_ARTICLE: Final = re.compile(rf"^(?:The\s+|An?\s+(?!(?:{_COUNTED})\b))(?=[a-z0-9£$€¥₹])")
-# An article right after a number, a price or a rate is "per": "€4 an hour", "twice a week".
-_AFTER_COUNT: Final = re.compile(
-    r"(?:\d\S*|once|twice|thrice|times|one|two|three|four|five|six|seven|eight|nine|ten|per)\s+$", re.I
+# An article right after a number, a price or a rate is "per": "€4 an hour", "twice a week":
+# the word before it has a digit or ends with one of these.
+_COUNT_WORD: Final = re.compile(
+    r"(?:once|twice|thrice|times|one|two|three|four|five|six|seven|eight|nine|ten|per)\Z", re.I
 )
+_COUNT_WORD_MAX: Final = 6
+_DIGIT: Final = re.compile(r"\d")
 _COPULA: Final = re.compile(
     r"(?<=[\w)%])\s+(?:is|are)\s+"
     r"(?!(?:to|welcome|there|not|never|the|an?|our|your|their|its|this|that|one|part)\b)(?=[\w£$€¥₹\"\u201c(])"
@@ -109,15 +113,19 @@ _PRAISE: Final = (
 )
 _INTENSIFIER: Final = r"(?:(?:most|very|so|truly|really|extremely|incredibly)\s+)?"
 # A run of praise before a word, not after "and"/"or"/"," (it would leave "bright and flat").
+_PRAISE_CHAIN: Final = rf"{_INTENSIFIER}(?:{_PRAISE})(?:(?:,\s*|\s+and\s+|\s+){_INTENSIFIER}(?:{_PRAISE}))*"
+# When a chain is not followed by a word it may go before, the second branch takes the
+# chain whole (group "kept", put back as it was): an attempt from any later word of
+# it would fail the same way, and trying each cost the chain's length squared.
 _PRAISE_RUN: Final = re.compile(
-    rf"(?<![\w'\u2019-])(?<!and )(?<!or )(?<!, ){_INTENSIFIER}(?:{_PRAISE})"
-    rf"(?:(?:,\s*|\s+and\s+|\s+){_INTENSIFIER}(?:{_PRAISE}))*(?:,\s*|\s+)"
+    rf"(?<![\w'\u2019-])(?<!and )(?<!or )(?<!, )(?:{_PRAISE_CHAIN}(?:,\s*|\s+)"
     rf"(?!(?:and|or|but|so|with|for|to|in|on|at|as)\b)(?=[a-z0-9\"\u201c(])"
+    rf"|{_PRAISE_CHAIN}+(?P<kept>))"
 )
 _ACRONYM: Final = re.compile(r"\b[A-Z][A-Z0-9&]*[A-Z0-9]\b")
 _WORD: Final = re.compile(r"[^\W\d_][\w'\u2019&.-]*")
 _SPACES: Final = re.compile(r"(?<=\S) {2,}")
-_SPACE_BEFORE_MARK: Final = re.compile(r"\s+([,.;:!])")
+_SPACE_BEFORE_MARK: Final = re.compile(r"(?<!\s)\s++([,.;:!])")  # from a run's start only: linear
 MAX_ROUNDS: Final = 8
 
 
@@ -157,7 +165,7 @@ def _round(sentence: str) -> str:
     capital = sentence[:1].isupper()
     text = _PLEASE.sub("", sentence)
     text = _PHRASES.sub(lambda m: _SHORTER[" ".join(m.group(0).lower().split())], text)
-    text = _PRAISE_RUN.sub("", text)
+    text = _PRAISE_RUN.sub(lambda m: m.group(0) if m.group("kept") is not None else "", text)
     text = _THERE_IS_NO.sub(lambda m: m.group(2).capitalize() if m.group(1) == "T" else m.group(2), text)
     text = _WILL_BE.sub(lambda m: m.group(0) if _after_subject(text, m.start()) else " ", text)
     text = _COPULA.sub(lambda m: m.group(0) if _after_subject(text, m.start()) else " ", text)
@@ -172,14 +180,20 @@ def _round(sentence: str) -> str:
 
 
 def _after_subject(text: str, end: int) -> bool:
-    before = text[:end].rsplit(None, 1)
-    return not before or before[-1].lower().strip("\"'\u201c\u2018(") in _SUBJECTS
+    word = last_token(text, end)
+    return word is None or word.lower().strip("\"'\u201c\u2018(") in _SUBJECTS
 
 
 def _is_count(text: str, match: re.Match[str]) -> bool:
     if match.group(0)[:1].lower() != "a":
         return False
-    return bool(_COUNT_NEXT.match(text, match.end()) or _AFTER_COUNT.search(text[: match.start()]))
+    if _COUNT_NEXT.match(text, match.end()):
+        return True
+    start = match.start()
+    if start == 0 or not text[start - 1].isspace():
+        return False
+    word = last_token(text, start)
+    return word is not None and bool(_DIGIT.search(word) or _COUNT_WORD.search(word[-_COUNT_WORD_MAX:]))
 
 
 def _is_caps_heading(line: Line) -> bool:
