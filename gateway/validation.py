@@ -35,7 +35,11 @@ from reame.shared.modes import CompressMode, SpeculativeMode, choices
 from reame.shared.protocol import ChatMessage, SamplingParams
 
 ROLES: Final = frozenset({"system", "user", "assistant", "developer", "tool"})
-MAX_STOP: Final = 16
+MAX_STOP: Final = 4  # as OpenAI allows
+# A stop string's possible start is held back from the stream until it is settled, so
+# its length bounds that delay (and the tail kept per token). Stop sequences in use are
+# end markers and turn prefixes ("\n\nUser:", "</answer>"), far shorter than this.
+MAX_STOP_CHARS: Final = 256
 MAX_PROMPTS: Final = 64  # prompts in one completions request; each is a sequential generation
 MAX_INT32: Final = 2**31 - 1
 # msgpack carries signed and unsigned 64-bit integers, nothing wider.
@@ -302,6 +306,8 @@ def _stop(value: object) -> list[str]:
         text = _text(item, where)
         if not text:
             raise invalid(where, "stop sequences must not be empty")
+        if len(text) > MAX_STOP_CHARS:
+            raise invalid(where, f"stop sequences must be at most {MAX_STOP_CHARS} characters")
         stops.append(text)
     return stops
 
