@@ -81,6 +81,7 @@ class ModelConfig:
     alias: str = key(_text, "")
     n_ctx: int = key(_int(0), "4096")
     n_batch: int = key(_int(1), "512")
+    special_tokens_in_prompt: bool = key(_bool, "true")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,9 +8,11 @@ a chat request here reads the same prompt as ``Llama.create_chat_completion``.
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
+import re
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 import jinja2
 import jinja2.ext
@@ -19,6 +21,14 @@ import jinja2.parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from reame.shared.protocol import ChatMessage
+
+# Private-use characters that mark where a message's text sits in the rendered prompt;
+# a pair that no message uses is picked for each request.
+_MARKERS: Final = [chr(code) for code in range(0xE000, 0xE100)]
+
+# A rendered prompt in order: (text, True) for text a client wrote (contents, names),
+# (text, False) for the template's own markup.
+Segments = list[tuple[str, bool]]
 
 
 class ChatTemplateError(ValueError):
@@ -76,11 +86,41 @@ class ChatTemplate:
 
     def render(self, messages: Sequence[ChatMessage]) -> str:
         """Return the prompt text for ``messages``, ending with the assistant's turn opening."""
+        return self._render(messages, "", "")
+
+    def render_segments(self, messages: Sequence[ChatMessage]) -> Segments:
+        """Render ``messages``, telling the clients' text from the template's markup.
+
+        Only the markup may hold special tokens: each content and name is wrapped in
+        a pair of private-use characters none of them contains, and the rendered text
+        is cut at those. For a template that leaves contents as they are (ChatML and
+        most others) the joined text equals :meth:`render`'s; one that trims contents
+        now keeps their outer whitespace, the only difference.
+        """
+        texts = [m.content for m in messages] + [m.name for m in messages if m.name is not None]
+        # Lazily: normally the first two are free, so the texts are scanned twice.
+        free = list(itertools.islice((mark for mark in _MARKERS if not any(mark in text for text in texts)), 2))
+        if len(free) < 2:
+            raise ChatTemplateError("the messages use every character from U+E000 to U+E0FF; drop some of them")
+        start, end = free
+        rendered = self._render(messages, start, end)
+        segments: Segments = []
+        at = 0
+        for match in re.finditer(f"{start}([^{start}{end}]*){end}", rendered):
+            segments.append((rendered[at:match.start()], False))
+            segments.append((match.group(1), True))
+            at = match.end()
+        segments.append((rendered[at:], False))
+        if any(start in text or end in text for text, user in segments if not user):
+            raise ChatTemplateError("the model's chat template cuts message contents apart; it cannot be used safely")
+        return [(text, user) for text, user in segments if text]
+
+    def _render(self, messages: Sequence[ChatMessage], start: str, end: str) -> str:
         payload: list[dict[str, str]] = []
         for message in messages:
-            item = {"role": message.role, "content": message.content}
+            item = {"role": message.role, "content": start + message.content + end}
             if message.name is not None:
-                item["name"] = message.name
+                item["name"] = start + message.name + end
             payload.append(item)
         try:
             return self._template.render(

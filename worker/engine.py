@@ -33,6 +33,7 @@ from reame.worker.kv import KvCache, prefill_chunks
 from reame.worker.model import DecodeError, Model
 from reame.worker.output import Output
 from reame.worker.prefix_cache import PrefixCache
+from reame.worker.prompt_tokens import PromptTokenizer
 from reame.worker.sampler import Sampler, SamplingError
 from reame.worker.speculative.chooser import TargetChooser
 from reame.worker.speculative.loop import Tally, generate
@@ -88,8 +89,10 @@ class Engine:
         clock: Callable[[], float] = time.time,
         cache: PrefixCache | None = None,
         speculation: Speculation | None = None,
+        special_in_prompt: bool = True,
     ) -> None:
         self.model = model
+        self.tokens = PromptTokenizer(model, special_in_prompt)
         self.kv = KvCache(model)
         self.cache = cache
         self.speculation = speculation
@@ -151,7 +154,7 @@ class Engine:
         started = time.perf_counter()
         rid = request.request_id
         mode = self._mode(request)
-        prompt, what, stops = self._prompt(request)
+        prompt, what, stops = self._prompt(request, cancel)
         budget = self._budget(len(prompt), request.sampling.max_tokens, what)
         out = Output(rid, budget, TextStream(stops), self.model.piece, self.model.is_eog, send)
         if mode == SpeculativeMode.OFF or self.speculation is None:
@@ -233,7 +236,7 @@ class Engine:
     def _warm(self, request: Generate, cancel: threading.Event) -> Done:
         """Read the prompt and store its state; nothing is generated."""
         started = time.perf_counter()
-        prompt, what, _ = self._prompt(request)
+        prompt, what, _ = self._prompt(request, cancel)
         self._budget(len(prompt), None, what)
         reused = self._prefill(prompt, request, cancel)
         saved = False
@@ -250,8 +253,13 @@ class Engine:
             cache_saved=saved,
         )
 
-    def _prompt(self, request: Generate) -> tuple[list[int], str, list[str]]:
-        """Return the prompt tokens, the parameter they came from, and the stop strings."""
+    def _prompt(self, request: Generate, cancel: threading.Event) -> tuple[list[int], str, list[str]]:
+        """Return the prompt tokens, the parameter they came from, and the stop strings.
+
+        Clients' text never becomes special tokens in a chat (worker.prompt_tokens);
+        tokenizing checks for cancel and the deadline between chunks.
+        """
+        check = functools.partial(self._check, request, cancel)
         stops = list(request.sampling.stop)
         if (request.prompt is None) == (request.messages is None):
             raise RequestFailed(ErrorCode.INVALID_REQUEST, "exactly one of prompt and messages must be given")
@@ -263,19 +271,19 @@ class Engine:
             if not request.messages:
                 raise RequestFailed(ErrorCode.INVALID_REQUEST, "messages must not be empty", "messages")
             try:
-                text = self._template.render(request.messages)
+                segments = self._template.render_segments(request.messages)
             except ChatTemplateError as err:
                 raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), "messages") from err
             # The template writes its own special tokens (BOS included, if it wants one),
             # as llama-cpp-python's chat handler assumes.
-            tokens = self.model.tokenize(text, add_special=False)
+            tokens = self.tokens.chat(segments, check)
             if self._template.eos_token:
                 # Like llama-cpp-python: the EOS text also ends a chat answer when the
                 # model spells it out as ordinary tokens.
                 stops.append(self._template.eos_token)
             what = "messages"
         elif request.prompt is not None:
-            tokens = self.model.tokenize(request.prompt, add_special=True)
+            tokens = self.tokens.prompt(request.prompt, check)
         if not tokens:
             if self.model.bos < 0:
                 raise RequestFailed(ErrorCode.INVALID_REQUEST, f"the {what} is empty", what)

@@ -125,7 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot load the draft model: %s", err)
         model.close()
         return EXIT_BOOT_FAILURE
-    engine = Engine(model, shutting_down=lambda: stop.is_set, speculation=speculation)
+    engine = Engine(
+        model, shutting_down=lambda: stop.is_set, speculation=speculation,
+        special_in_prompt=config.model.special_tokens_in_prompt,
+    )
     try:
         engine.warm_up()
     except DecodeError as err:

@@ -144,19 +144,43 @@ class Model:
 
     # -- vocabulary ------------------------------------------------------------
 
-    def tokenize(self, text: str, add_special: bool) -> list[int]:
-        """Return the tokens of ``text``; special-token text (``<|im_start|>``) is parsed."""
+    def tokenize(self, text: str, add_special: bool, parse_special: bool = False) -> list[int]:
+        """Return the tokens of ``text``; special-token text (``<|im_start|>``) is read as such only if asked.
+
+        Parsing specials is quadratic in llama.cpp on text full of them: callers with
+        untrusted text split it with worker.special_tokens instead (worker.prompt_tokens).
+        """
         data = text.encode("utf-8")
         capacity = len(data) + 8  # a token covers at least one byte, plus BOS/EOS
         tokens = (llama_cpp.llama_token * capacity)()
-        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, True)
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, parse_special)
         if n < 0:
             capacity = -n
             tokens = (llama_cpp.llama_token * capacity)()
-            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, True)
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, parse_special)
             if n < 0:
                 raise ModelError(f"tokenizing {len(data)} bytes failed ({n})")
         return list(tokens[:n])
+
+    def special_tokens(self) -> dict[str, int]:
+        """Return the text -> id of every token llama.cpp reads as special in a text (control, user-defined)."""
+        special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+        found: dict[str, int] = {}
+        for token in range(self.n_vocab):
+            if llama_cpp.llama_vocab_get_attr(self._vocab, token) & special:
+                found.setdefault(self.token_text(token), token)
+        return found
+
+    @property
+    def byte_level(self) -> bool:
+        """True for byte-level BPE vocabularies, whose pre-tokenizer splits text before a space and a word."""
+        return bool(llama_cpp.llama_vocab_type(self._vocab) == llama_cpp.LLAMA_VOCAB_TYPE_BPE)
+
+    def framing(self) -> tuple[list[int], list[int]]:
+        """Return the tokens ``add_special`` puts before and after a text (BOS, EOS) for this vocabulary."""
+        head = [self.bos] if self.bos >= 0 and llama_cpp.llama_vocab_get_add_bos(self._vocab) else []
+        tail = [self.eos] if self.eos >= 0 and llama_cpp.llama_vocab_get_add_eos(self._vocab) else []
+        return head, tail
 
     def piece(self, token: int) -> bytes:
         """Return the bytes a token stands for in output text (special tokens: empty)."""

@@ -1,0 +1,104 @@
+"""Turn a request's text into prompt tokens: clients' text is never read as special tokens.
+
+A chat prompt is the template's markup around the clients' contents
+(worker.chat_template.render_segments). Only the markup's special-token text
+(``<|im_start|>``) becomes special tokens; a user who writes ``<|im_end|>`` gets the
+tokens of that text, so no one can forge a turn from inside a message. A raw
+completions prompt is read with its special tokens when ``model.special_tokens_in_prompt``
+is on (people send pre-templated prompts there), as plain text otherwise.
+
+Special-token text is found with worker.special_tokens (linear), and the plain runs
+between special tokens are tokenized with llama.cpp's ``parse_special`` off (linear
+too); that is what llama.cpp does inside one call, so for text without forged
+special tokens the ids are the same as tokenizing the whole prompt at once. Long
+runs are tokenized in chunks, cut where a byte-level BPE pre-tokenizer cuts anyway
+(between a letter and a space followed by a letter), and ``check`` runs between
+chunks, so a cancelled request or a passed deadline stops tokenizing too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Final, Protocol
+
+from reame.worker.chat_template import Segments
+from reame.worker.special_tokens import SpecialSplitter
+
+CHUNK_CHARS: Final = 1 << 16
+# The pre-tokenizers of byte-level BPE vocabularies (GPT-2, Llama 3, Qwen, SmolLM...)
+# all start a new piece at " word" after a letter, so no token spans this cut.
+_CUT: Final = re.compile(r"(?<=[A-Za-z]) (?=[A-Za-z])")
+
+
+class Vocabulary(Protocol):
+    """What tokenizing needs from worker.model.Model."""
+
+    @property
+    def byte_level(self) -> bool: ...
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool = False) -> list[int]: ...
+
+    def special_tokens(self) -> dict[str, int]: ...
+
+    def framing(self) -> tuple[list[int], list[int]]: ...
+
+
+def chunks(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
+    """Yield ``text`` in pieces of about ``size`` characters, cut only at :data:`_CUT` (linear)."""
+    start = 0
+    while len(text) - start > size:
+        cut = _CUT.search(text, start + size // 2)
+        if cut is None:
+            break
+        yield text[start:cut.start()]
+        start = cut.start()
+    yield text[start:]
+
+
+class PromptTokenizer:
+    """Tokenize chat segments and raw prompts for one model."""
+
+    def __init__(self, vocab: Vocabulary, special_in_prompt: bool) -> None:
+        self._vocab = vocab
+        self._splitter = SpecialSplitter(vocab.special_tokens())
+        self._special_in_prompt = special_in_prompt
+
+    def chat(self, segments: Segments, check: Callable[[], None]) -> list[int]:
+        """Return the tokens of a rendered chat: specials only from the template's markup."""
+        parts: list[str | int] = []
+        for text, from_client in segments:
+            parts.extend([text] if from_client else self._splitter.split(text))
+        return self._tokens(parts, check)
+
+    def prompt(self, text: str, check: Callable[[], None]) -> list[int]:
+        """Return the tokens of a raw prompt, with the vocabulary's BOS/EOS."""
+        head, tail = self._vocab.framing()
+        parts: list[str | int] = list(self._splitter.split(text)) if self._special_in_prompt else [text]
+        return head + self._tokens(parts, check) + tail
+
+    def _tokens(self, parts: list[str | int], check: Callable[[], None]) -> list[int]:
+        tokens: list[int] = []
+        run: list[str] = []
+        for part in [*parts, -1]:  # -1: flush the last run
+            if isinstance(part, str):
+                run.append(part)
+                continue
+            if run:
+                tokens += self._plain("".join(run), check)
+                run = []
+            if part >= 0:
+                tokens.append(part)
+        return tokens
+
+    def _plain(self, text: str, check: Callable[[], None]) -> list[int]:
+        """Tokenize text with no special tokens in it, checking ``check`` between chunks."""
+        if not self._vocab.byte_level:
+            # Other vocabularies may join text across a space: one call, checked before it.
+            check()
+            return self._vocab.tokenize(text, add_special=False)
+        tokens: list[int] = []
+        for piece in chunks(text):
+            check()
+            tokens += self._vocab.tokenize(piece, add_special=False)
+        return tokens
