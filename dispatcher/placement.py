@@ -35,9 +35,9 @@ RATE_WEIGHT: Final = 0.3  # of a new observation in the running estimate
 class Counters:
     """Since the dispatcher started."""
 
-    full_prefills: int = 0  # requests that reused nothing of their prompt
-    reused_from_memory: int = 0
-    reused_from_store: int = 0
+    full_prefills: int = 0  # requests that read most of their prompt (reused less than half)
+    reused_from_memory: int = 0  # the others, whose reuse came from the worker's memory
+    reused_from_store: int = 0  # ...or from the store
     affinity_hits: int = 0  # requests sent to a worker holding at least MIN_SHARE_CHARS of them
     affinity_waits: int = 0  # requests that waited for a busy worker holding their text
 
@@ -81,11 +81,19 @@ class Placement:
             self._holds.pop(worker, None)
             return
         counters = self.counters
-        restored = min(done.restored_tokens, done.cached_tokens)
-        counters.reused_from_store += restored > 0
-        counters.reused_from_memory += done.cached_tokens > restored
-        counters.full_prefills += done.cached_tokens == 0 and done.prompt_tokens > 0
+        # Reusing a chat template's opening tokens is not reading a document once.
+        if done.cached_tokens * 2 < done.prompt_tokens or done.cached_tokens == 0:
+            counters.full_prefills += 1
+        elif done.restored_tokens > 0:
+            counters.reused_from_store += 1
+        else:
+            counters.reused_from_memory += 1
         self._observe(chain, done)
+
+    def held(self, worker: bytes) -> tuple[int, str]:
+        """Return the characters of the prompt ``worker`` holds or is reading, and a short hash naming it."""
+        chain = self._holds.get(worker, ())
+        return (chain[-1].chars, chain[-1].digest.hex()[:12]) if chain else (0, "")
 
     def forget(self, worker: bytes) -> None:
         self._holds.pop(worker, None)

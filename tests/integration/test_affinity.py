@@ -47,9 +47,17 @@ def ask(server: Server, document: str, question: str) -> int:
     return cached
 
 
+def prefills(server: Server) -> dict[str, int]:
+    """Return the dispatcher's prefill counters, as /ready shows them."""
+    state = server.ready()
+    assert state is not None
+    counts: dict[str, int] = state["prefills"]
+    return counts
+
+
 def test_a_question_right_after_another_reuses_the_document(server: Server) -> None:
     document = new_document()
-    assert ask(server, document, QUESTIONS[0]) == 0
+    assert ask(server, document, QUESTIONS[0]) < 50  # at most a chat template's opening
     # Sent at once: the first worker's state may not have reached the store yet,
     # so only routing to the worker that read it makes this reuse.
     assert ask(server, document, QUESTIONS[1]) > 300
@@ -57,7 +65,11 @@ def test_a_question_right_after_another_reuses_the_document(server: Server) -> N
 
 def test_questions_arriving_together_cause_one_prefill(server: Server) -> None:
     document = new_document()
+    before = prefills(server)
     with concurrent.futures.ThreadPoolExecutor(len(QUESTIONS)) as pool:
         cached = list(pool.map(lambda question: ask(server, document, question), QUESTIONS))
-    assert sorted(cached)[0] == 0
+    assert sorted(cached)[0] < 50
     assert all(tokens > 300 for tokens in sorted(cached)[1:]), cached
+    after = prefills(server)
+    assert after["full"] - before["full"] == 1
+    assert after["reused_from_memory"] - before["reused_from_memory"] == len(QUESTIONS) - 1
