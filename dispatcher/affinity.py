@@ -22,12 +22,17 @@ share, and a question appended to a document starts a new paragraph or message.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Final, NamedTuple
 
 from reame.shared import protocol as p
 
 PIECE_CHARS: Final = 1024  # a long paragraph is cut here, so a shared part of it still counts
+# Links beyond this are not computed: the dispatcher's one loop hashes them, and a
+# prompt of millions of tiny paragraphs ("a\n\n" * 2,000,000) stalled it for 3.6 s, past
+# the workers' heartbeat. Prompts sharing this many pieces are as good as equal.
+MAX_LINKS: Final = 4096
 _DIGEST_BYTES: Final = 8  # compared, not trusted: only routing depends on it
 _PERSON: Final = b"reame-affinity"
 
@@ -47,7 +52,7 @@ def chain(generate: p.Generate) -> Chain:
     root = generate.cache_scope.encode("utf-8", "surrogatepass")
     digest = hashlib.blake2b(root, digest_size=_DIGEST_BYTES, person=_PERSON).digest()
     chars = 0
-    for piece in _pieces(generate):
+    for piece in itertools.islice(_pieces(generate), MAX_LINKS):
         digest = hashlib.blake2b(
             digest + piece.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES, person=_PERSON
         ).digest()

@@ -31,6 +31,15 @@ FAREWELL_LINGER_MS: Final = 250
 MAX_POLL_MS: Final = math.ceil(protocol.HEARTBEAT_INTERVAL_S * 1000)
 
 
+def frontend_limit(max_body_bytes: int) -> int:
+    """Return the largest message a gateway can send for a body of ``max_body_bytes``.
+
+    msgpack is smaller than the JSON it comes from, except for numbers (``1`` is 1 byte
+    of JSON, a float 9 of msgpack): 4x and a MiB covers a body of logit_bias entries.
+    """
+    return 4 * max_body_bytes + (1 << 20)
+
+
 class Broker:
     """Own the frontend and backend sockets and run the mediation loop."""
 
@@ -42,6 +51,7 @@ class Broker:
         *,
         keys: endpoints.LinkKeys = endpoints.PLAIN,  # CURVE for tcp:// addresses
         clock: Callable[[], float] = time.time,  # deadlines in Generate are Unix times
+        max_request_bytes: int = -1,  # -1: no limit (see frontend_limit)
     ) -> None:
         self._addresses = {Dest.CLIENT: frontend_address, Dest.WORKER: backend_address}
         self._guard = endpoints.Guard(keys)
@@ -52,6 +62,8 @@ class Broker:
         self._backend = self._context.socket(zmq.ROUTER)
         for sock in (self._frontend, self._backend):
             sock.setsockopt(zmq.LINGER, 0)
+        # ZeroMQ drops a bigger message (and its sender's connection) before it is read.
+        self._frontend.setsockopt(zmq.MAXMSGSIZE, max_request_bytes)
         self._poller = zmq.Poller()
         self._poller.register(self._backend, zmq.POLLIN)
         self._poller.register(self._frontend, zmq.POLLIN)

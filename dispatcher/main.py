@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from reame.dispatcher.broker import Broker
+from reame.dispatcher.broker import Broker, frontend_limit
 from reame.dispatcher.scheduler import Scheduler
 from reame.shared.endpoints import BindError, EndpointError, link_keys
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
@@ -30,7 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot start: %s", err)
         return EXIT_BOOT_FAILURE
     scheduler = Scheduler(config.server.queue_size, time.time(), lend_threads=config.workers.lend_threads)
-    broker = Broker(config.frontend_address, config.backend_address, scheduler, keys=keys)
+    broker = Broker(
+        config.frontend_address, config.backend_address, scheduler, keys=keys,
+        max_request_bytes=frontend_limit(config.server.max_body_bytes),
+    )
     try:
         broker.bind()
     except BindError as err:

@@ -10,7 +10,7 @@ from typing import Any, Final, NoReturn
 
 import falcon
 
-from reame.gateway import auth, errors, responses, sse, validation
+from reame.gateway import auth, bounds, errors, responses, sse, validation
 from reame.gateway.client import Call, Dispatcher
 from reame.gateway.compression import Compressor
 from reame.gateway.errors import APIError, dispatcher_unavailable, invalid
@@ -35,6 +35,8 @@ class Settings:
         self.model = model
         self.compressor = compressor or Compressor(config)
         self.max_body_bytes = config.server.max_body_bytes
+        self.max_messages = config.server.max_messages
+        self.n_ctx = config.model.n_ctx  # 0: the model's own, unknown here (no early context check)
         self.request_timeout = config.server.request_timeout
         self.sampling = config.sampling
         self.per_key_scope = auth.per_key_scope(config)
@@ -126,8 +128,13 @@ class _Generation:
         options: validation.Options = validation.DEFAULT_OPTIONS,
         warm: bool = False,
     ) -> Call:
-        """Compress the prompt or messages as the request asks, then send them."""
+        """Refuse what cannot fit the context, compress the prompt or messages as the request asks, send them."""
         compressor = self.settings.compressor
+        texts = [prompt] if prompt is not None else [t for m in messages or [] for t in (m.content, m.name or "")]
+        bounds.check_fits(
+            bounds.text_bytes(texts), "prompt" if prompt is not None else "messages", self.settings.n_ctx,
+            None if warm else sampling.max_tokens, compressor.tokenizer.min_tokens,
+        )
         if prompt is not None:
             compressed = compressor.prompt(prompt, options.compress, warm=warm)
         else:
@@ -161,7 +168,7 @@ class ChatCompletions(_Generation):
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = self.settings
-        request = validation.parse_chat(read_json(req, s.max_body_bytes), s.sampling)
+        request = validation.parse_chat(read_json(req, s.max_body_bytes), s.sampling, s.max_messages)
         record = request_log(req)
         record.request_id = response_id = responses.new_id(responses.CHAT_ID_PREFIX)
         call = self.open(req, response_id, request.sampling, messages=request.messages, options=request.options)
@@ -219,7 +226,7 @@ class CacheWarm(_Generation):
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = self.settings
-        request = validation.parse_warm(read_json(req, s.max_body_bytes))
+        request = validation.parse_warm(read_json(req, s.max_body_bytes), s.max_messages)
         record = request_log(req)
         record.request_id = warm_id = responses.new_id(responses.WARM_ID_PREFIX)
         sampling = SamplingParams(max_tokens=1)  # unused: a warm request samples nothing

@@ -5,6 +5,12 @@ no context): about 20 MB and 60 ms for the default model, a quarter of a second 
 1.5B one. It is loaded once per process, on first use, so a gateway that never sees a
 long prompt never loads it. If it cannot be loaded the counts fall back to an estimate
 (four bytes a token) and one warning is logged: the gateway keeps serving.
+
+Text is counted as plain text (llama.cpp's ``parse_special`` off): message contents
+are never special tokens (worker.prompt_tokens), and llama.cpp's special-token pass
+is quadratic on text full of ``<|im_end|>``. :meth:`Tokenizer.min_tokens` gives a
+lower bound for free, from the longest token of the vocabulary, so a prompt that
+cannot fit the context is refused before anything else is done with it.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ class Tokenizer:
         self._vocab: Any = None
         self._model: Any = None
         self._failed = path is None
+        self._max_token_bytes: int | None = None
 
     def count(self, text: str) -> int:
         """Return how many tokens ``text`` is (no BOS/EOS), or an estimate if there is no vocabulary."""
@@ -53,11 +60,29 @@ class Tokenizer:
         data = text.encode("utf-8")
         capacity = len(data) + 8  # a token covers at least one byte
         tokens = (llama_cpp.llama_token * capacity)()
-        n: int = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, capacity, False, True)
+        n: int = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, capacity, False, False)
         if n < 0:  # never for byte-level vocabularies; kept for safety
             tokens = (llama_cpp.llama_token * -n)()
-            n = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, -n, False, True)
+            n = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, -n, False, False)
         return max(n, 0)
+
+    def min_tokens(self, n_bytes: int) -> int | None:
+        """Return a number of tokens that ``n_bytes`` of UTF-8 text certainly reaches (None: no vocabulary).
+
+        No token stands for more bytes than the longest one, so the text needs at
+        least its bytes divided by that length (rounded up).
+        """
+        longest = self.max_token_bytes()
+        return None if longest is None else -(-n_bytes // longest)
+
+    def max_token_bytes(self) -> int | None:
+        """Return the most bytes one token of the vocabulary stands for (its text or its piece), once."""
+        vocab = self._load()
+        if vocab is None:
+            return None
+        if self._max_token_bytes is None:
+            self._max_token_bytes = _longest_token(vocab)
+        return self._max_token_bytes
 
     def load(self) -> None:
         """Load the vocabulary now; raise TokenizerError if it cannot be (the CLI wants to know)."""
@@ -89,3 +114,18 @@ class Tokenizer:
             self._model = None
             return None
         return llama_cpp.llama_model_get_vocab(self._model)
+
+
+def _longest_token(vocab: Any) -> int:
+    """Scan the vocabulary once (about 50 ms for 49,152 tokens)."""
+    import llama_cpp
+
+    size = 1024
+    buf = ctypes.create_string_buffer(size)
+    longest = 1
+    for token in range(llama_cpp.llama_vocab_n_tokens(vocab)):
+        piece = llama_cpp.llama_token_to_piece(vocab, token, buf, size, 0, True)
+        text = llama_cpp.llama_vocab_get_text(vocab, token) or b""
+        # A piece that does not fit says how long it is as a negative number.
+        longest = max(longest, abs(piece), len(text))
+    return longest

@@ -41,6 +41,7 @@ MAX_STOP: Final = 4  # as OpenAI allows
 # end markers and turn prefixes ("\n\nUser:", "</answer>"), far shorter than this.
 MAX_STOP_CHARS: Final = 256
 MAX_PROMPTS: Final = 64  # prompts in one completions request; each is a sequential generation
+MAX_MESSAGES: Final = 1024  # server.max_messages' default; counted before any message is read
 MAX_INT32: Final = 2**31 - 1
 # msgpack carries signed and unsigned 64-bit integers, nothing wider.
 SEED_RANGE: Final = (-(2**63), 2**64 - 1)
@@ -90,7 +91,7 @@ class WarmRequest:
     options: Options = DEFAULT_OPTIONS
 
 
-def parse_chat(body: object, defaults: SamplingConfig) -> ChatRequest:
+def parse_chat(body: object, defaults: SamplingConfig, max_messages: int = MAX_MESSAGES) -> ChatRequest:
     """Validate a /v1/chat/completions body."""
     fields = _object(body)
     options = _check_common(fields)
@@ -111,7 +112,7 @@ def parse_chat(body: object, defaults: SamplingConfig) -> ChatRequest:
             raise _unsupported("response_format.type", "only response_format type 'text' is supported")
     stream, include_usage = _stream(fields)
     return ChatRequest(
-        messages=_messages(fields.get("messages")),
+        messages=_messages(fields.get("messages"), max_messages),
         sampling=_sampling(fields, defaults.chat_max_tokens, defaults),
         stream=stream,
         include_usage=include_usage,
@@ -140,7 +141,7 @@ def parse_completion(body: object, defaults: SamplingConfig) -> CompletionReques
     )
 
 
-def parse_warm(body: object) -> WarmRequest:
+def parse_warm(body: object, max_messages: int = MAX_MESSAGES) -> WarmRequest:
     """Validate a /v1/cache/warm body: exactly one of ``prompt`` (string) or ``messages``."""
     fields = _object(body)
     options = _options(fields, WARM_EXTENSION_KEYS)
@@ -149,7 +150,7 @@ def parse_warm(body: object) -> WarmRequest:
         raise invalid("prompt", "give exactly one of prompt (a string) or messages", "missing_required_parameter")
     if prompt is not None:
         return WarmRequest(prompt=_text(prompt, "prompt"), options=options)
-    return WarmRequest(messages=_messages(messages), options=options)
+    return WarmRequest(messages=_messages(messages, max_messages), options=options)
 
 
 def _check_common(fields: dict[str, Any]) -> Options:
@@ -207,13 +208,15 @@ def _stream(fields: dict[str, Any]) -> tuple[bool, bool]:
     return stream, bool(include_usage)
 
 
-def _messages(value: object) -> list[ChatMessage]:
+def _messages(value: object, max_messages: int) -> list[ChatMessage]:
     if value is None:
         raise invalid("messages", "messages is required", "missing_required_parameter")
     if not isinstance(value, list):
         raise invalid("messages", "messages must be an array of message objects", "invalid_type")
     if not value:
         raise invalid("messages", "messages must contain at least one message")
+    if len(value) > max_messages:
+        raise invalid("messages", f"at most {max_messages} messages per request, got {len(value)}")
     return [_message(item, f"messages[{i}]") for i, item in enumerate(value)]
 
 

@@ -73,6 +73,7 @@ class ServerConfig:
     api_keys: Secrets = key(parse_api_keys, "", secret=True)  # noqa: RUF009
     api_key_file: str = key(_text, "")
     allow_unauthenticated: bool = key(_bool, "false")
+    max_messages: int = key(_int(1), "1024")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,6 +70,17 @@ def test_roles_are_part_of_the_name() -> None:
     assert affinity.shared_chars((), affinity.chain(user)) == 0
 
 
+
+def test_a_prompt_of_millions_of_paragraphs_is_named_by_its_first_pieces_only() -> None:
+    """Issue #12: 2,000,000 tiny paragraphs stalled the dispatcher's loop for 3.6 s (heartbeats starved)."""
+    tiny = p.Generate("a", p.SamplingParams(), T0, prompt="a\n\n" * 2_000_000)
+    empty = p.Generate("b", p.SamplingParams(), T0, messages=[p.ChatMessage("user", "")] * 200_000)
+    for request in (tiny, empty):
+        assert len(affinity.chain(request)) == affinity.MAX_LINKS
+    shorter = p.Generate("c", p.SamplingParams(), T0, prompt="a\n\n" * affinity.MAX_LINKS + "b")
+    assert affinity.shared_chars(affinity.chain(tiny), affinity.chain(shorter)) == affinity.chain(tiny)[-1].chars
+
+
 # -- routing -----------------------------------------------------------------------
 
 

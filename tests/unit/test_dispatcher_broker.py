@@ -204,3 +204,28 @@ def test_process_stops_cleanly_on_sigterm(run_dir: Path, tmp_path: Path) -> None
     assert proc.returncode == 0, err
     assert "stopped" in err
     assert list(run_dir.iterdir()) == []
+
+
+def test_a_message_over_the_size_limit_is_dropped_and_others_are_served(run_dir: Path, dealer: Dealer) -> None:
+    frontend, backend = f"ipc://{run_dir}/frontend.ipc", f"ipc://{run_dir}/backend.ipc"
+    broker = Broker(frontend, backend, Scheduler(queue_size=4, now=time.time()), max_request_bytes=4096)
+    broker.bind()
+    stop = StopFlag()
+    loop = threading.Thread(target=broker.run, args=(stop,), daemon=True)
+    loop.start()
+    worker = dealer(backend, b"worker-0")
+    try:
+        worker.send(p.encode(p.Ready(worker_id="w0", pid=os.getpid(), model="m", n_ctx=512)))
+        client = dealer(frontend, b"gateway-0")
+        wait_for(lambda: status(client).workers == 1, what="the worker to register")
+        huge = p.Generate(request_id="huge", sampling=p.SamplingParams(), deadline=time.time() + 60,
+                          prompt="x" * 10_000)
+        client.send(p.encode(huge))
+        other = dealer(frontend, b"gateway-1")
+        request = p.Generate(request_id="r1", sampling=p.SamplingParams(), deadline=time.time() + 60, prompt="hi")
+        other.send(p.encode(request))
+        assert receive(worker) == request  # the huge one never reached the scheduler
+    finally:
+        stop.set()
+        loop.join(TIMEOUT_S)
+        broker.close()
