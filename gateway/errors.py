@@ -43,9 +43,11 @@ class APIError(Exception):
     ) -> None:
         super().__init__(message)
         self.status = status
-        self.message = message
+        # Messages and params quote the client's text, which JSON allows to hold lone
+        # surrogates ("\ud800" as an object key): those would make the error unencodable.
+        self.message = _encodable(message)
         self.type = type
-        self.param = param
+        self.param = None if param is None else _encodable(param)
         self.code = code
         self.retry = retry  # answer with a Retry-After header
 
@@ -71,6 +73,11 @@ PROTOCOL_ERRORS: Final[dict[ErrorCode, tuple[int, str, bool]]] = {
     ErrorCode.SHUTTING_DOWN: (503, UNAVAILABLE, True),
     ErrorCode.INTERNAL: (500, SERVER_ERROR, False),
 }
+
+
+def _encodable(text: str) -> str:
+    """Return ``text`` with anything UTF-8 cannot carry (lone surrogates) written as ``\\udXXX``."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def from_protocol(error: protocol.Error) -> APIError:

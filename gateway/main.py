@@ -60,7 +60,8 @@ class GatewayApplication(BaseApplication):  # type: ignore[misc]
             "bind": [f"{host}:{server.port}"],
             "workers": server.gateway_processes,
             "threads": server.gateway_threads,
-            "worker_class": "gthread",
+            # gthread with read timeouts, a per-client share of threads and JSON errors before the app.
+            "worker_class": "reame.gateway.http_worker.ReameThreadWorker",
             "accesslog": None,  # the app writes one line per request itself
             "errorlog": "-",
             "loglevel": self.config.logging.level,

@@ -9,6 +9,7 @@ stream writes it when it ends, since Falcon is done long before the last chunk.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Final
 
@@ -22,14 +23,17 @@ log = logging.getLogger("gateway.requests")
 
 # Probes that an orchestrator polls every few seconds; logged at debug level only.
 PROBE_PATHS: Final = frozenset({"/health", "/ready"})
+# What must not reach a log line as it is: C0 and C1 controls, DEL, U+2028/U+2029, surrogates.
+_UNSAFE: Final = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 class RequestLog:
     """Facts about one request, written as a single line by :meth:`emit`."""
 
     def __init__(self, method: str, path: str) -> None:
-        self.method = method
-        self.path = path
+        # The path is the client's, URL-decoded: %0A would start a forged line, %00 write a NUL.
+        self.method = log_safe(method)
+        self.path = log_safe(path)
         self.request_id = "-"
         self.deferred = False  # a stream will emit the line when it ends
         self.usage = Usage()
@@ -67,6 +71,16 @@ class RequestLog:
             f" key={self.key_id}" if self.key_id else "",
             f" error={self.error}" if self.error else "",
         )
+
+
+def log_safe(text: str) -> str:
+    """Return ``text`` with control characters, line separators and lone surrogates escaped (``\\x0a``)."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def request_log(req: falcon.Request) -> RequestLog:

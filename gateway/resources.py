@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
 import falcon
+from gunicorn.http.errors import ParseException
 
 from reame.gateway import auth, bounds, errors, responses, sse, validation
 from reame.gateway.client import Call, Dispatcher
 from reame.gateway.compression import Compressor
 from reame.gateway.errors import APIError, dispatcher_unavailable, invalid
 from reame.gateway.guard import tenant_of
+from reame.gateway.http_worker import ReadTimeout
 from reame.gateway.requestlog import request_log
 from reame.gateway.responses import Choice, Usage
 from reame.gateway.streams import ChatStream, CompletionStream, Meta, SSEStream, collect, next_message
@@ -48,12 +51,19 @@ def read_json(req: falcon.Request, max_bytes: int) -> object:
     length = req.content_length  # a malformed header is Falcon's 400
     if length is not None and length > max_bytes:
         _too_large(max_bytes)
-    if length is not None:
-        data = req.bounded_stream.read(max_bytes + 1)
-    elif "chunked" in (req.get_header("Transfer-Encoding") or "").lower():
-        data = req.stream.read(max_bytes + 1)  # the server de-chunks and ends the stream
-    else:
-        data = b""
+    try:
+        if length is not None:
+            data = req.bounded_stream.read(max_bytes + 1)
+        elif "chunked" in (req.get_header("Transfer-Encoding") or "").lower():
+            data = req.stream.read(max_bytes + 1)  # the server de-chunks and ends the stream
+        else:
+            data = b""
+    except ParseException as err:  # gunicorn's: a malformed chunk size or terminator
+        raise invalid(None, f"the request body is malformed: {err}", "invalid_body") from None
+    except ReadTimeout:
+        raise APIError(408, "the request body did not arrive in time", code="request_timeout") from None
+    except OSError:  # the client closed before the whole body (gunicorn's NoMoreData)
+        raise invalid(None, "the request body is incomplete", "invalid_body") from None
     if len(data) > max_bytes:
         _too_large(max_bytes)
     if not data.strip():
@@ -80,7 +90,7 @@ def disconnect_probe(environ: dict[str, Any]) -> Callable[[], bool] | None:
     so it is not mistaken for a hang-up). TLS sockets refuse recv flags: no probe.
     """
     peer = environ.get("gunicorn.socket")
-    if type(peer) is not socket.socket:
+    if not isinstance(peer, socket.socket) or isinstance(peer, ssl.SSLSocket):
         return None
 
     def gone() -> bool:

@@ -74,6 +74,8 @@ class ServerConfig:
     api_key_file: str = key(_text, "")
     allow_unauthenticated: bool = key(_bool, "false")
     max_messages: int = key(_int(1), "1024")
+    read_timeout: float = key(_float(0.1), "20")
+    max_connections_per_client: int = key(_int(0), "0")
 
 
 @dataclasses.dataclass(frozen=True)

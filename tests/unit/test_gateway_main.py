@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from gunicorn.workers.gthread import ThreadWorker
 
 from reame.gateway import main as gateway_main
 from reame.gateway.auth import Keys
@@ -27,7 +28,9 @@ def test_gunicorn_is_configured_from_reame_config() -> None:
     })
     settings = GatewayApplication(cfg, Keys([])).cfg
     assert settings.bind == ["[::1]:9999"]
-    assert (settings.workers, settings.threads, settings.worker_class_str) == (2, 5, "gthread")
+    assert (settings.workers, settings.threads) == (2, 5)
+    assert settings.worker_class_str == "reame.gateway.http_worker.ReameThreadWorker"
+    assert issubclass(settings.worker_class, ThreadWorker)  # gthread, hardened
     assert settings.accesslog is None and settings.control_socket_disable
 
 

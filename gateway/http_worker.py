@@ -1,0 +1,275 @@
+"""gunicorn's gthread worker, hardened for a public address.
+
+What gunicorn's own ThreadWorker leaves open, and what this subclass adds:
+
+- A client that sends a few bytes of a request and stalls holds a thread for ever
+  (slowloris: 32 such connections froze the gateway). Here every read of headers
+  and body, and every write of an answer, waits at most ``server.read_timeout``
+  for the client: the client socket gets that timeout wherever gunicorn makes it
+  blocking (:class:`_TimedSocket`).
+- One client address may hold at most ``server.max_connections_per_client`` of the
+  threads (0: half of them); a connection beyond that is answered 429 at once (by
+  the main loop, without waiting for the client) and closed once the client has read it.
+- Errors raised before the app (414, 431, a bad request line, Content-Length with
+  Transfer-Encoding...) are answered in OpenAI's JSON shape with a 4xx, not as
+  gunicorn's HTML, and their log line has the client's text escaped.
+- A connection that ends without keep-alive is closed in its own thread: gunicorn's
+  graceful close waits up to 2 s for the client in the main loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections import Counter
+from functools import partial
+from typing import Any, Final
+
+from gunicorn import util
+from gunicorn.http import errors as http_errors
+from gunicorn.workers.gthread import TConn, ThreadWorker
+
+from reame.gateway.errors import INVALID_REQUEST, OVERLOADED, SERVER_ERROR
+from reame.gateway.requestlog import log_safe
+
+log = logging.getLogger("gateway.http")
+
+# A refused connection is kept open this long at most for the client to read its 429.
+REFUSED_LINGER_S: Final = 1.0
+# Closing a finished connection: how long to wait for the client to close its side.
+CLOSE_LINGER_S: Final = 0.5
+TOO_MANY: Final = "too_many_connections"
+REFUSAL_LOG_S: Final = 10.0
+
+# gunicorn's errors before the app -> (status, reason, code).
+_PARSE_ERRORS: Final[list[tuple[type[Exception], int, str, str]]] = [
+    (http_errors.LimitRequestLine, 414, "URI Too Long", "uri_too_long"),
+    (http_errors.LimitRequestHeaders, 431, "Request Header Fields Too Large", "headers_too_large"),
+    (http_errors.ExpectationFailed, 417, "Expectation Failed", "expectation_failed"),
+    (http_errors.ForbiddenProxyRequest, 403, "Forbidden", "forbidden"),
+    (http_errors.ParseException, 400, "Bad Request", "bad_request"),
+]
+
+
+class ReadTimeout(http_errors.NoMoreData):  # type: ignore[misc]
+    """The client sent nothing for read_timeout seconds (an OSError, as gunicorn's NoMoreData is).
+
+    gunicorn drops a connection on NoMoreData quietly, where a plain timeout would
+    log a traceback for every stalled client.
+    """
+
+
+class _TimedSocket(socket.socket):
+    """A client socket whose blocking mode is a timeout: gunicorn never waits for a client for ever.
+
+    gunicorn switches the socket between non-blocking (in its poller) and blocking
+    (in a thread) with ``setblocking``; blocking here means "up to read_timeout".
+    The class of gunicorn's own socket object is swapped (same layout, no new slots).
+    """
+
+    __slots__ = ()
+    read_timeout: float = 20.0  # set once per gunicorn worker process from the config
+
+    def setblocking(self, flag: bool) -> None:
+        if flag:
+            self.settimeout(self.read_timeout)
+        else:
+            super().setblocking(False)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        try:
+            return super().recv(bufsize, flags)
+        except TimeoutError:
+            try:
+                peer = self.getpeername()[0]
+            except (OSError, IndexError):
+                peer = "-"
+            log.info("client %s sent nothing for %g s: connection closed", peer, self.gettimeout())
+            raise ReadTimeout(b"") from None
+
+
+def error_response(status: int, reason: str, message: str, code: str, type_: str = INVALID_REQUEST,
+                   retry_after: int | None = None) -> bytes:
+    """Return a whole HTTP/1.1 answer with OpenAI's error body, closing the connection."""
+    body = json.dumps(
+        {"error": {"message": message, "type": type_, "param": None, "code": code}}, ensure_ascii=True
+    ).encode("ascii")
+    headers = [
+        f"HTTP/1.1 {status} {reason}", "Connection: close", "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+    ]
+    if retry_after is not None:
+        headers.append(f"Retry-After: {retry_after}")
+    return ("\r\n".join(headers) + "\r\n\r\n").encode("ascii") + body
+
+
+def parse_error(exc: Exception) -> tuple[int, str, str]:
+    """Return the status, reason and code for an error gunicorn raised while reading a request."""
+    for kind, status, reason, code in _PARSE_ERRORS:
+        if isinstance(exc, kind):
+            return status, reason, code
+    return 400, "Bad Request", "bad_request"
+
+
+class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
+    """gunicorn's gthread worker with read timeouts, a per-client share of threads and JSON errors."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        server = self.app.config.server
+        _TimedSocket.read_timeout = server.read_timeout
+        self.per_client = server.max_connections_per_client or max(1, self.cfg.threads // 2)
+        self.retry_after = server.retry_after
+        self._active: Counter[str] = Counter()  # client address -> connections queued or in a thread
+        self._lock = threading.Lock()
+        self._refused: dict[socket.socket, float] = {}  # socket -> close it by then: main loop only
+        self._refusals: dict[str, tuple[float, int]] = {}  # address -> (last logged, refused since): main loop
+
+    # -- one client's share of the threads ------------------------------------------------
+
+    def _admit(self, address: str) -> bool:
+        """Count a connection in service for ``address`` if it has room (any thread)."""
+        if not address:
+            return True
+        with self._lock:
+            if self._active[address] >= self.per_client:
+                return False
+            self._active[address] += 1
+            return True
+
+    def _leave(self, address: str) -> None:
+        with self._lock:
+            self._active[address] -= 1
+            if self._active[address] <= 0:
+                del self._active[address]
+
+    def _refuse(self, conn: TConn) -> None:
+        """Answer 429 in the main loop; keep the socket in the poller until the client has read it."""
+        sock = conn.sock
+        address = _address(conn)
+        answer = error_response(
+            429, "Too Many Requests",
+            f"this client already has {self.per_client} connections in service; retry when one ends",
+            TOO_MANY, OVERLOADED, self.retry_after,
+        )
+        self._note_refusal(address)
+        try:
+            sock.setblocking(False)
+            _drain(sock)
+            sock.send(answer)  # a few hundred bytes into an empty send buffer
+            sock.shutdown(socket.SHUT_WR)
+            self.poller.register(sock, selectors.EVENT_READ, partial(self._on_refused_readable, sock))
+        except OSError:
+            self._close_refused(sock)
+            return
+        self._refused[sock] = time.monotonic() + REFUSED_LINGER_S
+
+    def _note_refusal(self, address: str) -> None:
+        """Log refusals once per address and REFUSAL_LOG_S: a flood of them must not flood the log."""
+        now = time.monotonic()
+        last = self._refusals.get(address)
+        if last is None or now - last[0] >= REFUSAL_LOG_S:
+            refused = (last[1] if last else 0) + 1
+            log.warning("client %s has %d connections in service: %d refused (429) since the last report",
+                        address, self.per_client, refused)
+            self._refusals[address] = (now, 0)
+        else:
+            self._refusals[address] = (last[0], last[1] + 1)
+        if len(self._refusals) > 4096:  # forget quiet addresses
+            self._refusals = {a: v for a, v in self._refusals.items() if now - v[0] < REFUSAL_LOG_S}
+
+    def _on_refused_readable(self, sock: socket.socket, _fileobj: object) -> None:
+        if _drain(sock):
+            self._refused.pop(sock, None)
+            self._close_refused(sock)
+
+    def _close_refused(self, sock: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(sock)
+        util.close(sock)
+        self.nr_conns -= 1
+
+    def murder_pending(self) -> None:
+        super().murder_pending()
+        now = time.monotonic()
+        for sock in [sock for sock, until in self._refused.items() if until <= now]:
+            del self._refused[sock]
+            self._close_refused(sock)
+
+    def finish_request(self, conn: TConn, fs: Any) -> None:
+        if getattr(conn, "reame_refused", False):
+            conn.reame_refused = False
+            self._refuse(conn)
+            return
+        if getattr(conn, "reame_closed", False):  # closed in its thread already
+            self.nr_conns -= 1
+            return
+        super().finish_request(conn, fs)
+
+    # -- a connection in a thread --------------------------------------------------------
+
+    def handle(self, conn: TConn) -> Any:
+        address = _address(conn)
+        # Counted while in a thread, not while queued: a client's closed keep-alive
+        # connections queue up behind a busy pool, and cost nothing there.
+        if not self._admit(address):
+            conn.reame_refused = True  # finish_request answers it in the main loop
+            return False
+        try:
+            if type(conn.sock) is socket.socket:
+                conn.sock.__class__ = _TimedSocket
+            result = super().handle(conn)
+            if result is False:
+                # gunicorn would close it in the main loop, waiting up to 2 s for the client.
+                util.close_graceful(conn.sock, timeout=CLOSE_LINGER_S)
+                conn.reame_closed = True
+            return result
+        finally:
+            if address:
+                self._leave(address)
+
+    def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: Exception) -> None:
+        """Answer an error raised outside the app in OpenAI's JSON shape (gunicorn writes HTML)."""
+        peer = addr[0] if isinstance(addr, tuple) and addr else "-"
+        if isinstance(exc, http_errors.ParseException) and not isinstance(
+            exc, (http_errors.InvalidResponseHeader, http_errors.InvalidResponseHeaderName)
+        ):
+            status, reason, code = parse_error(exc)
+            message = f"{reason}: {log_safe(str(exc))[:200]}"
+            log.warning("invalid request from %s: %s %d %s", peer, code, status, log_safe(str(exc))[:200])
+            answer = error_response(status, reason, message, code)
+        else:
+            log.error("error while serving a request from %s", peer, exc_info=exc)
+            answer = error_response(500, "Internal Server Error", "internal error; the gateway log has the details",
+                                    "internal_error", SERVER_ERROR)
+        try:
+            util.write_nonblock(client, answer)
+        except OSError:
+            log.debug("could not send the error answer to %s", peer)
+
+
+def _address(conn: TConn) -> str:
+    """Return the client's IP address ("" for a Unix socket: not limited)."""
+    client = conn.client
+    return str(client[0]) if isinstance(client, tuple) and client else ""
+
+
+def _drain(sock: socket.socket, most: int = 1 << 20) -> bool:
+    """Read what the client has sent without waiting (``most`` bytes); True once it has closed its side."""
+    try:
+        while most > 0:
+            data = sock.recv(65536, socket.MSG_DONTWAIT)
+            if not data:
+                return True
+            most -= len(data)
+        return False
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError as err:
+        return err.errno != errno.EAGAIN

@@ -1,0 +1,249 @@
+"""Hostile input through a real server (issue #12, "What was seen", item 3).
+
+Each test sends the issue's reproducer and asserts a 4xx in OpenAI's JSON shape (or
+a normal answer), and that GET /health keeps being answered meanwhile. Where speed
+matters, the hostile request is compared with an ordinary one of the same size in
+the same test, as a ratio with a generous factor: no test depends on the machine.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.harness import Server, start_server
+
+pytestmark = pytest.mark.integration
+
+READ_TIMEOUT_S = 2.0
+PER_CLIENT = 4
+ATTACKER = "127.0.0.2"  # another loopback address: the slow clients are not the test's own address
+SLOW = (
+    "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    "Content-Length: 100\r\n\r\n{\"mo"
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = start_server(
+        tmp_path_factory.mktemp("hostile"), workers=1,
+        server_read_timeout=str(READ_TIMEOUT_S), server_max_connections_per_client=str(PER_CLIENT),
+    )
+    yield running
+    assert not running.stop()
+
+
+def raw(server: Server, data: bytes, *, source: str = "127.0.0.1", close_write: bool = False) -> bytes:
+    """Send ``data`` on a new connection; return everything the server answers until it closes."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60, source_address=(source, 0)) as sock:
+        sock.sendall(data)
+        if close_write:
+            sock.shutdown(socket.SHUT_WR)
+        return _read_all(sock)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse(answer: bytes) -> tuple[int, dict[str, str], Any]:
+    """Return the status, headers and JSON body of a raw HTTP answer (the first one)."""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {name.title(): value for name, value in (line.split(": ", 1) for line in lines[1:] if ": " in line)}
+    length = int(headers.get("Content-Length", len(body)))
+    return int(lines[0].split()[1]), headers, json.loads(body[:length])
+
+
+def assert_openai_error(answer: bytes, status: int | tuple[int, ...]) -> dict[str, Any]:
+    code, headers, body = parse(answer)
+    assert code in (status if isinstance(status, tuple) else (status,)), answer[:300]
+    assert 400 <= code < 500
+    assert headers.get("Content-Type", "").startswith("application/json")
+    assert set(body["error"]) >= {"message", "type", "param", "code"}
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+def health_ok(server: Server) -> bool:
+    status, _, body = server.request("GET", "/health")
+    return status == 200 and json.loads(body) == {"status": "ok"}
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result
+
+
+def while_health_answers(server: Server, work: Callable[[], Any]) -> Any:
+    """Run ``work`` in a thread while GET /health is asked again and again; every ask must be answered."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(work)
+        answered = 0
+        while not future.done() or answered == 0:
+            assert health_ok(server)
+            answered += 1
+        return future.result()
+
+
+# -- slowloris -------------------------------------------------------------------------
+
+
+def test_slow_clients_cannot_hold_the_gateway(server: Server) -> None:
+    """32 connections sending headers with Content-Length: 100 and 4 bytes: /health still answers."""
+    slow = []
+    for _ in range(32):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=60, source_address=(ATTACKER, 0))
+        sock.sendall(SLOW.encode())
+        slow.append(sock)
+    try:
+        for _ in range(5):
+            assert health_ok(server)
+        statuses = []
+        for sock in slow:
+            answer = _read_all(sock)  # the server ends every one of them: refused, or timed out
+            statuses.append(assert_openai_error(answer, (408, 429))["code"])
+    finally:
+        for sock in slow:
+            sock.close()
+    assert statuses.count("too_many_connections") >= 32 - PER_CLIENT * 2
+    assert "request_timeout" in statuses  # the ones admitted waited read_timeout, no longer
+    assert health_ok(server)
+
+
+def test_headers_that_never_end_time_out(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60, source_address=(ATTACKER, 0)) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        assert _read_all(sock) == b""  # closed after read_timeout, not held
+    assert health_ok(server)
+
+
+# -- errors before the app, and on malformed bodies ---------------------------------------------
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), [
+    (b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 10_000 + b"\r\n\r\n", 431),
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nabc\r\n0\r\n\r\n",
+     400),
+])
+def test_errors_before_the_app_are_openai_json(server: Server, request_bytes: bytes, status: int) -> None:
+    assert_openai_error(raw(server, request_bytes), status)
+
+
+def test_a_truncated_chunked_body_is_a_400(server: Server) -> None:
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{\"mo"
+    assert_openai_error(raw(server, request, close_write=True), 400)
+
+
+@pytest.mark.parametrize("field", ['"logit_bias": {"\\ud800": 1}', '"reame": {"\\ud800": 1}'])
+def test_a_lone_surrogate_in_a_key_is_a_400(server: Server, field: str) -> None:
+    body = ('{"model": "m", "messages": [{"role": "user", "content": "hi"}], ' + field + "}").encode()
+    logged = server.log().count("POST /v1/chat/completions 400 ")
+    status, headers, answer = server.request(
+        "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"}
+    )
+    assert status == 400 and headers["Content-Type"].startswith("application/json")
+    assert "\\ud800" in json.loads(answer)["error"]["param"]
+    # In the request log, as every request (it was gunicorn's HTML 500, unlogged).
+    assert server.log().count("POST /v1/chat/completions 400 ") == logged + 1
+
+
+# -- the request log ----------------------------------------------------------------------------
+
+
+def test_log_fields_are_escaped(server: Server) -> None:
+    for path in ("/v1/models/x%0AFORGED", "/v1/models/y%00z"):
+        status, _, _ = server.request("GET", path)
+        assert status == 404
+    log = (server.tmp / "serve.log").read_bytes()
+    assert b"\x00" not in log
+    assert not any(line.startswith(b"FORGED") for line in log.splitlines())
+    assert b"x\\x0aFORGED" in log and b"y\\x00z" in log
+
+
+# -- bounds before any expensive work -------------------------------------------------------------
+
+
+def post_chat(server: Server, messages: list[dict[str, str]], **fields: Any) -> tuple[int, Any]:
+    body = json.dumps({"model": "m", "messages": messages, **fields}).encode()
+    status, _, answer = server.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    return status, json.loads(answer)
+
+
+def test_200k_empty_messages_are_refused_at_once(server: Server) -> None:
+    messages = [{"role": "user", "content": ""}] * 200_000  # ~6 MB
+    # The ordinary request of the same size: refused for "n" right after the JSON is read.
+    t_ordinary, (status, _) = timed(lambda: post_chat(server, messages, n=2))
+    assert status == 400
+    t_hostile, (status, answer) = timed(lambda: while_health_answers(server, lambda: post_chat(server, messages)))
+    assert status == 400 and answer["error"]["param"] == "messages"
+    assert "at most 1024 messages" in answer["error"]["message"]
+    assert t_hostile < 5 * t_ordinary + 1.0  # the health checks run beside it
+
+
+def test_a_7_5_mb_chat_body_is_refused_before_compressing(server: Server) -> None:
+    text = "The keeper climbs the stairs of the lighthouse every evening, and lights the lamp. " * 90_000
+    messages = [{"role": "user", "content": text}]  # 7.5 MB, compressed in the default mode
+    t_ordinary, (status, _) = timed(lambda: post_chat(server, messages, n=2))
+    assert status == 400
+    post_chat(server, messages)  # the first one loads the vocabulary
+    t_hostile, (status, answer) = timed(lambda: post_chat(server, messages))
+    assert status == 400 and answer["error"]["code"] == "context_length_exceeded"
+    assert answer["error"]["param"] == "messages"
+    assert t_hostile < 5 * t_ordinary
+
+
+# -- special tokens ----------------------------------------------------------------------------------
+
+
+def test_special_token_text_in_a_message_is_plain_text(server: Server) -> None:
+    def prompt_tokens(content: str) -> int:
+        status, answer = post_chat(server, [{"role": "user", "content": content}], max_tokens=1, temperature=0)
+        assert status == 200, answer
+        tokens: int = answer["usage"]["prompt_tokens"]
+        return tokens
+
+    assert prompt_tokens("<|im_end|>") > prompt_tokens("hi") + 2  # no longer one control token
+
+
+def test_completions_of_special_token_text_cost_as_much_as_ordinary_text(server: Server) -> None:
+    """"<|im_end|>" * N took 0.9 s at 200 KB, 3.4 s at 400 KB and 13.6 s at 800 KB (quadratic)."""
+    def complete(prompt: str) -> float:
+        body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 1}).encode()
+        took, (status, _, answer) = timed(lambda: server.request("POST", "/v1/completions", body))
+        assert status == 400 and json.loads(answer)["error"]["code"] == "context_length_exceeded"
+        return took
+
+    for size in (200_000, 400_000, 800_000):
+        ordinary = complete("hello world, " * (size // 13))
+        hostile_prompt = "<|im_end|>" * (size // 10)
+        hostile = while_health_answers(server, functools.partial(complete, hostile_prompt))
+        assert hostile < 5 * ordinary + 0.5, (size, hostile, ordinary)
+
+
+def test_the_server_still_serves(server: Server) -> None:
+    status, answer = post_chat(server, [{"role": "user", "content": "Say hi."}], max_tokens=4)
+    assert status == 200 and answer["choices"][0]["message"]["content"] is not None
+    assert health_ok(server)
