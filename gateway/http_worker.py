@@ -83,6 +83,15 @@ class _TimedSocket(socket.socket):
             super().setblocking(False)
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        if flags & socket.MSG_DONTWAIT:
+            # Python waits for readability up to the timeout before any recv, flags or not:
+            # a peek for a hang-up (resources.disconnect_probe) must not wait at all.
+            timeout = self.gettimeout()
+            self.settimeout(0.0)
+            try:
+                return super().recv(bufsize, flags)
+            finally:
+                self.settimeout(timeout)
         try:
             return super().recv(bufsize, flags)
         except TimeoutError:
