@@ -147,7 +147,7 @@ def render(outcome: Outcome, command: p.CacheCommand, config: Config) -> str:
         f"entries: {r.entries}",
         f"size: {r.bytes / MB:.1f} MB of {r.max_bytes / MB:.1f} MB",
         f"hits: {r.hits}, misses: {r.misses}, hit rate: " + ("-" if rate is None else f"{rate:.1f} %"),
-        f"evictions: {r.evictions}, corrupt: {r.corrupt}",
+        f"evictions: {r.evictions}, corrupt: {r.corrupt}, lookups that waited for a save: {r.lookup_waits}",
         f"read: {r.bytes_read / MB:.1f} MB, written: {r.bytes_written / MB:.1f} MB",
     ]
     if command is p.CacheCommand.VERIFY:

@@ -5,13 +5,17 @@ message arrives as ``[identity, payload]`` and is answered the same way. A hit i
 streamed as CacheChunks of 1 MiB, one chunk per transfer per turn of the loop, so
 a 40 MB transfer to one worker does not hold up another worker's lookup. Puts
 are collected by :class:`cachekeeper.puts.PartialPuts` and compressed and
-written by :class:`cachekeeper.writer.Writer` on its own thread.
+written by :class:`cachekeeper.writer.Writer` on its own thread. A lookup that a
+put under way would answer better than the store waits for it
+(:class:`cachekeeper.pending.Pending`), so a document is not read twice because
+its state was still on its way to the disk.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -20,13 +24,14 @@ from typing import Final
 import zmq
 
 from reame.cachekeeper import writer as w
+from reame.cachekeeper.pending import Parked, Pending, PutId
 from reame.cachekeeper.puts import Accepted, Failed, FinishedPut, PartialPuts, Progress, Reason
 from reame.cachekeeper.store import ReadHandle, Store
 from reame.shared import endpoints
 from reame.shared import protocol as p
 from reame.shared.kv_entry import CorruptEntry
 from reame.shared.lifecycle import StopFlag
-from reame.shared.prefix import HASH_BYTES, is_entry_key
+from reame.shared.prefix import HASH_BYTES, block_hashes, is_entry_key
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +49,11 @@ _REASON_CHARS: Final = 200
 
 @dataclasses.dataclass
 class Counters:
-    """Bytes moved since start: compressed payload bytes streamed, entry bytes committed."""
+    """Since start: compressed payload bytes streamed, entry bytes committed, lookups parked."""
 
     bytes_read: int = 0
     bytes_written: int = 0
+    lookup_waits: int = 0
 
 
 @dataclasses.dataclass
@@ -83,10 +89,12 @@ class Keeper:
         keys: endpoints.LinkKeys = endpoints.PLAIN, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
+        self._block_tokens = block_tokens
         self._address = address
         self._guard = endpoints.Guard(keys)  # CURVE when the address is tcp://
         self._clock = clock
         self._puts = PartialPuts(store.max_bytes)
+        self._pending = Pending()
         self._writer = w.Writer(store, block_tokens=block_tokens, level=level)
         self._transfers: list[_Transfer] = []
         self.counters = Counters()
@@ -111,13 +119,21 @@ class Keeper:
 
     def turn(self) -> None:
         """Run one round of the loop: requests, finished writes, a chunk per transfer, expiry."""
-        events = dict(self._poller.poll(0 if self._transfers else POLL_MS))
+        events = dict(self._poller.poll(0 if self._transfers else self._idle_ms()))
         if events.get(self._router):
             self.handle_requests()
         if events.get(self._writer.fd):
             self.collect_results()
         self.stream_chunks()
         self.expire_puts()
+        self.expire_lookups()
+
+    def _idle_ms(self) -> int:
+        # A parked lookup is answered when its patience ends, not up to POLL_MS later.
+        deadline = self._pending.next_deadline()
+        if deadline is None:
+            return POLL_MS
+        return max(0, min(POLL_MS, math.ceil((deadline - self._clock()) * 1000)))
 
     def handle_requests(self) -> None:
         """Take up to BATCH messages waiting on the socket."""
@@ -160,14 +176,28 @@ class Keeper:
     # -- lookups -------------------------------------------------------------
 
     def lookup(self, identity: bytes, lookup: p.CacheLookup) -> None:
-        """Answer CacheMiss, or CacheHit and start streaming the entry."""
+        """Answer CacheMiss, or CacheHit and start streaming the entry, or park the lookup."""
         # A worker asks one thing at a time: a new lookup means it gave up on the last.
         self._end_transfers(identity)
+        self._pending.cancel(identity)
         fingerprint = check_lookup(lookup)
         if isinstance(fingerprint, str):
             log.warning("bad lookup %s from %r: %s", lookup.request_id, identity, fingerprint)
             self._send(identity, p.CacheMiss(lookup.request_id))
             return
+
+        def store_depth() -> int:
+            match = self._store.lookup(fingerprint, lookup.blocks, peek=True)
+            return 0 if match is None else match.depth
+
+        if self._pending.park(identity, lookup, fingerprint, store_depth, self._clock()):
+            self.counters.lookup_waits += 1
+            log.debug("lookup %s from %r waits for a put under way", lookup.request_id, identity)
+            return
+        self.answer(identity, lookup, fingerprint)
+
+    def answer(self, identity: bytes, lookup: p.CacheLookup, fingerprint: bytes) -> None:
+        """Answer a checked lookup from the store as it is now."""
         try:
             match = self._store.lookup(fingerprint, lookup.blocks)
             handle = None if match is None else self._store.open_read(match.key)
@@ -207,6 +237,21 @@ class Keeper:
         for transfer in [t for t in self._transfers if t.identity == identity]:
             self._finish(transfer)
 
+    def expire_lookups(self) -> None:
+        """Answer the parked lookups whose patience ran out with what the store has."""
+        self._answer_parked(self._pending.expire(self._clock()))
+
+    def _put_ended(self, put: PutId) -> None:
+        self._answer_parked(self._pending.finish_put(put))
+
+    def _answer_parked(self, released: list[Parked]) -> None:
+        for parked in released:
+            try:
+                self.answer(parked.identity, parked.lookup, parked.fingerprint)
+            except (OSError, sqlite3.Error) as err:
+                # As in handle_requests: this one goes unanswered, the others are still answered.
+                log.error("cache lookup %s failed: %s", parked.lookup.request_id, err)
+
     # -- puts ----------------------------------------------------------------
 
     def begin_put(self, identity: bytes, put: p.CachePut) -> None:
@@ -214,11 +259,18 @@ class Keeper:
         accepted = self._puts.begin(identity, put, self._clock())
         if isinstance(accepted, Accepted) and self._store.contains(accepted.key):
             self._puts.drop(identity, put.request_id)
+            self._put_ended((identity, put.request_id))  # a restarted put of the same id
             self._send(identity, p.CacheStored(put.request_id, True, w.PRESENT_REASON))
         elif isinstance(accepted, Reason):
             if accepted is Reason.INVALID:
                 log.warning("refused a malformed put %s from %r", put.request_id, identity)
+            self._put_ended((identity, put.request_id))
             self._send(identity, p.CacheStored(put.request_id, False, accepted.value))
+        else:
+            # check_put vouched for the fingerprint and the token ids.
+            fingerprint = bytes.fromhex(put.fingerprint)
+            chain = block_hashes(fingerprint, put.tokens, self._block_tokens)
+            self._pending.add_put((identity, put.request_id), fingerprint, chain)
 
     def put_chunk(self, identity: bytes, chunk: p.CacheChunk) -> None:
         """Add a chunk to its put; hand a finished put to the writer."""
@@ -228,6 +280,7 @@ class Keeper:
         elif isinstance(outcome, Failed):
             log.warning("put %s from %r failed: %s", outcome.request_id, identity, outcome.reason)
             self._send(identity, p.CacheStored(outcome.request_id, False, outcome.reason.value))
+            self._put_ended((identity, outcome.request_id))
         elif outcome is Progress.UNKNOWN:
             # The rest of a put refused at its start: expected, and not worth a line each.
             log.debug("dropped a chunk of %s from %r: no such put", chunk.request_id, identity)
@@ -236,6 +289,7 @@ class Keeper:
         for identity, failed in self._puts.expire(self._clock()):
             log.warning("dropped put %s from %r: no chunk for a while", failed.request_id, identity)
             self._send(identity, p.CacheStored(failed.request_id, False, failed.reason.value))
+            self._put_ended((identity, failed.request_id))
 
     def collect_results(self) -> None:
         """Answer the puts and admin commands the writer has finished."""
@@ -244,6 +298,8 @@ class Keeper:
                 self._puts.written()
                 self.counters.bytes_written += result.bytes_written
                 self._send(result.identity, p.CacheStored(result.request_id, result.stored, result.reason))
+                # Committed (or refused) before these answers: a hit on the new entry if it was stored.
+                self._put_ended((result.identity, result.request_id))
             else:
                 self._send(result.identity, self.report(result.request_id, result.removed))
 
@@ -268,6 +324,7 @@ class Keeper:
         return p.CacheReport(
             request_id, stats.entries, stats.bytes, stats.max_bytes, stats.hits, stats.misses, stats.evictions,
             stats.corrupt, self.counters.bytes_read, self.counters.bytes_written, removed,
+            self.counters.lookup_waits,
         )
 
     def _send(self, identity: bytes, message: p.Message) -> None:
@@ -280,6 +337,7 @@ class Keeper:
         for transfer in list(self._transfers):
             self._finish(transfer)
         dropped = self._puts.clear()
+        self._pending.clear()  # their workers stop waiting after cache.timeout
         if dropped:
             log.info("dropped %d unfinished put(s)", dropped)
         if writer_stopped:

@@ -226,17 +226,17 @@ class Store:
         self._last_use = max(self._clock(), self._last_use + _TICK)
         return self._last_use
 
-    def lookup(self, fingerprint: bytes, block_hashes: Sequence[bytes]) -> Match | None:
-        """Return the entry with the longest matching block prefix (and mark it used), or None."""
+    def lookup(self, fingerprint: bytes, block_hashes: Sequence[bytes], *, peek: bool = False) -> Match | None:
+        """Return the entry sharing the most leading blocks (mark it used), or None; a peek is not counted."""
         with self._lock:
             found = self._index.deepest(fingerprint.hex(), block_hashes)
             row = None if found is None else self._index.get(found[0])
             if found is None or row is None:
-                self._counts["misses"] += 1
+                self._counts["misses"] += not peek
                 return None
             key, depth = found
             self._index.touch(key, self._now())
-            self._counts["hits"] += 1
+            self._counts["hits"] += not peek
             return Match(key, depth, depth * row.block_tokens, row.n_tokens, row.bytes)
 
     def contains(self, key: str) -> bool:

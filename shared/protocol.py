@@ -241,12 +241,15 @@ class CacheLookup(_Struct, frozen=True):
     """Ask for the stored entry sharing the longest prefix with these block hashes.
 
     ``blocks`` is ``shared.prefix.block_hashes(fingerprint, prompt, block_tokens)``.
+    ``wait_ms`` is how long the asker will wait for a save under way that goes deeper
+    than any stored entry (cachekeeper.pending); 0 answers at once.
     """
 
     KIND: ClassVar[Kind] = Kind.CACHE_LOOKUP
     request_id: str
     fingerprint: str  # hex
     blocks: list[bytes]
+    wait_ms: int = 0
 
 
 class CacheMiss(_Struct, frozen=True):
@@ -334,6 +337,7 @@ class CacheReport(_Struct, frozen=True):
     bytes_read: int
     bytes_written: int
     removed: list[str] = msgspec.field(default_factory=list)
+    lookup_waits: int = 0  # lookups that waited for a save under way instead of missing
 
 
 Message = (

@@ -5,7 +5,11 @@ Two sockets, each owned by one thread (ZeroMQ sockets are not thread-safe):
 - the engine thread's DEALER serves :meth:`CacheClient.lookup` and
   :meth:`CacheClient.report_corrupt`. A lookup waits at most ``timeout`` for each
   reply (the hit or miss, then every chunk) and never raises: whatever goes wrong
-  costs one timeout and ends as None, so the request is computed without the cache;
+  costs one timeout and ends as None, so the request is computed without the cache.
+  It lets the cachekeeper hold the answer for up to half that timeout while a save
+  of a longer prefix is under way (``CacheLookup.wait_ms``, cachekeeper.pending):
+  waiting for a state beats computing it again, and half leaves the other half for
+  the reply to arrive, so such a wait never counts as the cachekeeper going silent;
 - the uploader thread's DEALER (worker.cache_uploader) sends saved states, so
   that a client never waits for a save.
 
@@ -43,6 +47,11 @@ PENDING_SAVES: Final = 2  # each holds a whole state (tens of MB): keep the back
 Reply = CacheHit | CacheMiss | CacheChunk
 
 
+def lookup_wait_ms(timeout: float) -> int:
+    """Return how long a lookup lets the cachekeeper wait for a save under way: half the timeout."""
+    return max(0, int(timeout * 1000) // 2)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Fetched:
     """A stored entry, checked and decompressed, with what it took to get it."""
@@ -76,6 +85,7 @@ class CacheClient:
         self._keys = keys
         self._fingerprint = fingerprint
         self._timeout = timeout
+        self._wait_ms = lookup_wait_ms(timeout)
         self._counters = Counters()
         self._health = Health(address, retry_after, clock)
         self._ids = itertools.count()
@@ -142,7 +152,7 @@ class CacheClient:
     ) -> Fetched | None:
         rid = self._next_id()
         started = time.perf_counter()
-        if not self._send(CacheLookup(rid, fingerprint.hex(), list(blocks))):
+        if not self._send(CacheLookup(rid, fingerprint.hex(), list(blocks), self._wait_ms)):
             self._timed_out()
             return None
         reply = self._receive(rid)

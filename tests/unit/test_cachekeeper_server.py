@@ -7,7 +7,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +16,12 @@ import zmq
 
 from reame.cachekeeper import entry
 from reame.cachekeeper.server import Keeper
-from reame.cachekeeper.store import Store
+from reame.cachekeeper.store import PendingPut, Store
 from reame.shared import kv_entry
 from reame.shared import protocol as p
 from reame.shared.lifecycle import StopFlag
 from reame.shared.prefix import block_hashes, entry_key
-from tests.waiting import PATIENCE_S
+from tests.waiting import PATIENCE_S, wait_for
 
 FP = b"model-fingerprint"
 BT = 4
@@ -40,10 +40,14 @@ def run_dir() -> Iterator[Path]:
 class Running:
     """A Keeper looping in a thread, and a DEALER connected to it as a worker's."""
 
-    def __init__(self, store_dir: Path, run_dir: Path, max_bytes: int = 10**9) -> None:
+    def __init__(
+        self, store_dir: Path, run_dir: Path, max_bytes: int = 10**9, *,
+        store: Store | None = None, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store_dir = store_dir
         self.address = f"ipc://{run_dir}/cache.ipc"
-        self.keeper = Keeper(Store(store_dir, max_bytes, 0), self.address, block_tokens=BT, level=1)
+        store = store or Store(store_dir, max_bytes, 0)
+        self.keeper = Keeper(store, self.address, block_tokens=BT, level=1, clock=clock)
         self.keeper.bind()
         self.stop = StopFlag()
         self.thread = threading.Thread(target=self.keeper.run, args=(self.stop,), daemon=True)
@@ -77,6 +81,17 @@ class Running:
     def lookup(self, request_id: str, tokens: list[int]) -> p.Message:
         self.send(p.CacheLookup(request_id, FP.hex(), block_hashes(FP, tokens, BT)))
         return self.receive()
+
+    def synced(self, sock: zmq.Socket[Any]) -> None:
+        """Return once the keeper has handled what ``sock`` sent: it handles each peer's messages in order."""
+        self.send(p.CacheAdmin("sync", p.CacheCommand.STATS), sock)
+        assert isinstance(self.receive(sock), p.CacheReport)
+
+    def lookup_waiting(self, request_id: str, tokens: list[int], wait_ms: int = 500) -> None:
+        """Send a lookup willing to wait for a put under way, and wait until the keeper parks it."""
+        waits = self.keeper.counters.lookup_waits
+        self.send(p.CacheLookup(request_id, FP.hex(), block_hashes(FP, tokens, BT), wait_ms))
+        wait_for(lambda: self.keeper.counters.lookup_waits > waits, TIMEOUT_S, what="the lookup to be parked")
 
     def chunks(self, request_id: str) -> tuple[list[bytes], p.Message | None]:
         """Collect the chunks of a transfer; return them and the CacheMiss that aborted it, if any."""
@@ -271,3 +286,112 @@ def test_a_new_lookup_from_a_worker_ends_its_unfinished_transfer(running: Runnin
             seen.append(("hit", False))
     assert ("l1", True) not in seen or seen.index(("l1", True)) < seen.index(("hit", False))
     assert all(rid == "l2" for rid, _ in seen[seen.index(("hit", False)) + 1 :])
+
+
+# -- lookups waiting for a put under way --------------------------------------------
+
+
+class GatedStore(Store):
+    """A store whose commits wait for the test, so a put stays "being written" for as long as it likes."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory, 10**9, 0)
+        self.writing = threading.Event()
+        self.gate = threading.Event()
+
+    def commit(self, put: PendingPut) -> None:
+        self.writing.set()
+        assert self.gate.wait(TIMEOUT_S), "the test never let the commit go on"
+        super().commit(put)
+
+
+class FrozenClock:
+    """The keeper's clock: lookups run out of patience only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def frozen() -> FrozenClock:
+    return FrozenClock()
+
+
+@pytest.fixture
+def gated(tmp_path: Path, run_dir: Path, frozen: FrozenClock) -> Iterator[tuple[Running, GatedStore]]:
+    store = GatedStore(tmp_path / "kv")
+    r = Running(tmp_path / "kv", run_dir, store=store, clock=frozen)
+    yield r, store
+    store.gate.set()
+    r.close()
+
+
+DOC = list(range(200, 212))  # three blocks of four
+
+
+def test_a_lookup_waits_for_a_put_being_written_and_gets_its_entry(
+    gated: tuple[Running, GatedStore], tmp_path: Path,
+) -> None:
+    running, store = gated
+    uploader = running.dealer(b"uploader-0")
+    raw = raw_state(2 * MIB)
+    running.send(p.CachePut("p1", FP.hex(), "f16", DOC, len(raw)), uploader)
+    running.send(p.CacheChunk("p1", raw, True), uploader)
+    assert store.writing.wait(TIMEOUT_S)
+
+    # While the put is being written: another prefix, or a client that will not wait, is answered at once.
+    running.send(p.CacheLookup("other", FP.hex(), block_hashes(FP, [9] * 12, BT), 500))
+    assert running.receive() == p.CacheMiss("other")
+    running.send(p.CacheLookup("now", FP.hex(), block_hashes(FP, DOC, BT), 0))
+    assert running.receive() == p.CacheMiss("now")
+
+    running.lookup_waiting("l1", [*DOC, 1, 2, 3])
+    store.gate.set()
+    assert running.receive(uploader) == p.CacheStored("p1", True, "")
+    hit = running.receive()
+    assert isinstance(hit, p.CacheHit) and hit.request_id == "l1", hit
+    assert hit.key == entry_key(FP, DOC) and hit.matched_tokens == 12
+    chunks, aborted = running.chunks("l1")
+    assert aborted is None and decode_hit(hit, chunks, tmp_path)[1] == raw
+
+    report = running.admin(p.CacheCommand.STATS)
+    # The peek that decided to wait is not counted: one lookup, one answer.
+    assert (report.hits, report.misses, report.lookup_waits) == (1, 2, 1)
+
+
+def test_a_failed_put_releases_the_waiting_lookup_with_a_miss(gated: tuple[Running, GatedStore]) -> None:
+    running, _ = gated
+    uploader = running.dealer(b"uploader-0")
+    running.send(p.CachePut("p1", FP.hex(), "f16", DOC, 2 * MIB), uploader)
+    running.send(p.CacheChunk("p1", bytes(MIB), False), uploader)  # still being received
+    running.synced(uploader)  # else the lookup, from another socket, may be read before the put
+    running.lookup_waiting("l1", DOC)
+    running.send(p.CacheChunk("p1", bytes(10), True), uploader)  # does not add up: the put fails
+    assert running.receive(uploader) == p.CacheStored("p1", False, "bad_length")
+    assert running.receive() == p.CacheMiss("l1")
+
+
+def test_a_lookup_whose_patience_runs_out_gets_what_the_store_has(
+    gated: tuple[Running, GatedStore], frozen: FrozenClock,
+) -> None:
+    running, store = gated
+    store.gate.set()
+    assert running.put("shallow", DOC[:4], raw_state(MIB)) == p.CacheStored("shallow", True, "")
+    uploader = running.dealer(b"uploader-0")
+    running.send(p.CachePut("p1", FP.hex(), "f16", DOC, 2 * MIB), uploader)
+    running.send(p.CacheChunk("p1", bytes(MIB), False), uploader)
+    running.synced(uploader)
+    # The store shares one block, the put three: worth waiting for, until the patience ends.
+    running.lookup_waiting("l1", DOC, wait_ms=400)
+    frozen.now += 0.4
+    hit = running.receive()
+    assert isinstance(hit, p.CacheHit) and hit.request_id == "l1", hit
+    assert hit.key == entry_key(FP, DOC[:4]) and hit.matched_tokens == 4
+    _, aborted = running.chunks("l1")
+    assert aborted is None
+    # The put itself goes on and is stored.
+    running.send(p.CacheChunk("p1", bytes(MIB), True), uploader)
+    assert running.receive(uploader) == p.CacheStored("p1", True, "")

@@ -14,7 +14,7 @@ import zmq
 from reame.shared import protocol as p
 from reame.shared.kv_entry import CorruptEntry, EntryHeader, decode_header, encode_payload
 from reame.shared.prefix import block_hashes
-from reame.worker.cache_client import CacheClient
+from reame.worker.cache_client import CacheClient, lookup_wait_ms
 from tests.waiting import PATIENCE_S, wait_for
 
 FINGERPRINT = bytes(range(32))
@@ -179,6 +179,20 @@ def test_miss(make: Callable[..., tuple[CacheClient, FakeKeeper]]) -> None:
     assert client.lookup(FINGERPRINT, blocks()) is None
     assert client.counters.misses == 1
     assert client.available
+
+
+def test_a_lookup_lets_the_keeper_wait_half_the_timeout_for_a_save_under_way(
+    make: Callable[..., tuple[CacheClient, FakeKeeper]],
+) -> None:
+    def miss(message: p.Message) -> list[p.Message]:
+        return [p.CacheMiss(message.request_id)] if isinstance(message, p.CacheLookup) else []
+
+    client, keeper = make(miss, timeout=3.0)
+    assert client.lookup(FINGERPRINT, blocks()) is None
+    (lookup,) = keeper.of_kind(p.CacheLookup)
+    # Half: the keeper's answer, after the longest wait, still comes well within the timeout.
+    assert isinstance(lookup, p.CacheLookup) and lookup.wait_ms == 1500
+    assert lookup_wait_ms(1.0) == 500 and lookup_wait_ms(0.0) == 0
 
 
 def test_no_blocks_sends_nothing(make: Callable[..., tuple[CacheClient, FakeKeeper]]) -> None:
