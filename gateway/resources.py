@@ -137,6 +137,7 @@ class _Generation:
         messages: list[ChatMessage] | None = None,
         options: validation.Options = validation.DEFAULT_OPTIONS,
         warm: bool = False,
+        grammar: str | None = None,
     ) -> Call:
         """Refuse what cannot fit the context, compress the prompt or messages as the request asks, send them."""
         compressor = self.settings.compressor
@@ -156,7 +157,7 @@ class _Generation:
             protocol.Generate(
                 request_id, sampling, deadline, prompt=compressed.prompt, messages=compressed.messages,
                 cache=options.cache, warm=warm, speculative=options.speculative,
-                cache_scope=auth.cache_scope(key_scope, options.cache_salt),
+                cache_scope=auth.cache_scope(key_scope, options.cache_salt), grammar=grammar,
             ),
             disconnect_probe(req.env),
         )
@@ -181,7 +182,10 @@ class ChatCompletions(_Generation):
         request = validation.parse_chat(read_json(req, s.max_body_bytes), s.sampling, s.max_messages)
         record = request_log(req)
         record.request_id = response_id = responses.new_id(responses.CHAT_ID_PREFIX)
-        call = self.open(req, response_id, request.sampling, messages=request.messages, options=request.options)
+        call = self.open(
+            req, response_id, request.sampling, messages=request.messages, options=request.options,
+            grammar=request.grammar,
+        )
         first = self.first(call, req)
         meta = Meta(response_id, int(time.time()), s.model, request.include_usage)
         if request.stream:

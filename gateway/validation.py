@@ -3,9 +3,10 @@
 Pure: no sockets, no Falcon. Rules, following the OpenAI API:
 
 - Unknown fields are ignored, as OpenAI does. Known fields that would change the
-  answer and are not supported (``n`` != 1, logprobs, tools, JSON response formats,
+  answer and are not supported (``n`` != 1, logprobs, tools,
   ``best_of`` > 1, ``suffix``, ``echo`` on chat) are a 400 naming the field, never
-  silently dropped.
+  silently dropped. ``response_format`` becomes a grammar (gateway.structured); a
+  schema that cannot be enforced exactly is a 400 naming its part.
 - ``null`` for an optional field means "absent" (the OpenAI schema marks them
   nullable and some clients send explicit nulls); ``null`` where a value is required
   (``messages``, ``prompt``, a message's ``role``...) is a 400.
@@ -30,6 +31,7 @@ from typing import Any, Final, TypeVar
 
 from reame.gateway.auth import MAX_CACHE_SALT
 from reame.gateway.errors import APIError, invalid
+from reame.gateway.structured import response_grammar
 from reame.shared.config import SamplingConfig
 from reame.shared.modes import CompressMode, SpeculativeMode, choices
 from reame.shared.protocol import ChatMessage, SamplingParams
@@ -70,6 +72,7 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     options: Options = DEFAULT_OPTIONS
+    grammar: str | None = None  # GBNF from response_format (gateway.structured)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,11 +108,7 @@ def parse_chat(body: object, defaults: SamplingConfig, max_messages: int = MAX_M
     for name in ("tool_choice", "function_call"):
         if fields.get(name) not in (None, "none"):
             raise _unsupported(name, f"only {name} 'none' is supported")
-    response_format = fields.get("response_format")
-    if response_format is not None:
-        kind = _object(response_format, "response_format").get("type")
-        if kind != "text":
-            raise _unsupported("response_format.type", "only response_format type 'text' is supported")
+    grammar = response_grammar(fields.get("response_format"))
     stream, include_usage = _stream(fields)
     return ChatRequest(
         messages=_messages(fields.get("messages"), max_messages),
@@ -117,6 +116,7 @@ def parse_chat(body: object, defaults: SamplingConfig, max_messages: int = MAX_M
         stream=stream,
         include_usage=include_usage,
         options=options,
+        grammar=grammar,
     )
 
 

@@ -161,6 +161,8 @@ class Generate(_Struct, frozen=True):
     ``speculative`` overrides the worker's default mode. ``cache_scope`` ("" shared)
     keeps KV prefixes apart: a prefix read under one scope is reused, from memory
     or from the store, only by requests of the same scope (a hash, never a key).
+    ``grammar`` constrains the reply (the gateway built it from a JSON schema and
+    checked it); a grammar llama.cpp cannot parse ends the request with INVALID_REQUEST.
     """
 
     KIND: ClassVar[Kind] = Kind.GENERATE
@@ -173,6 +175,7 @@ class Generate(_Struct, frozen=True):
     warm: bool = False
     speculative: SpeculativeMode | None = None
     cache_scope: str = ""
+    grammar: str | None = None  # GBNF (root rule "root") every reply must follow: response_format
 
 
 class Delta(_Struct, frozen=True):

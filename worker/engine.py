@@ -29,6 +29,7 @@ from reame.shared.protocol import (
     Message,
 )
 from reame.worker.chat_template import ChatTemplate, ChatTemplateError
+from reame.worker.grammar import GrammarError, compile_grammar
 from reame.worker.kv import KvCache, prefill_chunks
 from reame.worker.model import DecodeError, Model
 from reame.worker.output import Output
@@ -181,6 +182,8 @@ class Engine:
         self, request: Generate, prompt: list[int], out: Output, cancel: threading.Event
     ) -> tuple[Reused, float]:
         """Prefill, then sample and evaluate one token at a time; return what was reused, and the prefill end."""
+        if request.grammar is not None:
+            return self._constrained(request, prompt, out, cancel)
         sampler = self._sampler(Sampler, request)
         try:
             reused = self._prefill(prompt, request, cancel)
@@ -196,12 +199,31 @@ class Engine:
             sampler.close()
         return reused, prefilled
 
+    def _constrained(
+        self, request: Generate, prompt: list[int], out: Output, cancel: threading.Event
+    ) -> tuple[Reused, float]:
+        """Decode one token at a time under the request's grammar (worker.speculative.chooser applies it)."""
+        chooser = self._chooser(request)
+        try:
+            reused = self._prefill(prompt, request, cancel)
+            chooser.feed_prompt(prompt)
+            prefilled = time.perf_counter()
+            while not out.ended:
+                token = chooser.choose(self.kv.logits(-1))
+                if out.take(token):
+                    self._check(request, cancel)
+                    self.kv.append((token,), logits_last=True)
+            out.close()
+        finally:
+            chooser.close()
+        return reused, prefilled
+
     def _speculative(
         self, speculation: Speculation, mode: SpeculativeMode, request: Generate, prompt: list[int], out: Output,
         cancel: threading.Event,
     ) -> tuple[Reused, float, Tally]:
         """Prefill, then decode with drafts (worker.speculative.loop); return what was reused, prefill end, tally."""
-        chooser = self._sampler(TargetChooser, request)
+        chooser = self._chooser(request)
         check = functools.partial(self._check, request, cancel)
         try:
             reused = self._prefill(prompt, request, cancel)
@@ -220,6 +242,19 @@ class Engine:
     def _sampler(self, kind: type[_S], request: Generate) -> _S:
         try:
             return kind(request.sampling, self.model.n_vocab, self.model.n_ctx)
+        except SamplingError as err:
+            raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), err.param) from err
+
+    def _chooser(self, request: Generate) -> TargetChooser:
+        """Return the request's TargetChooser, under its grammar if it has one."""
+        if request.grammar is None:
+            return self._sampler(TargetChooser, request)
+        try:
+            grammar = compile_grammar(self.model.vocab, request.grammar)
+        except GrammarError as err:
+            raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), "response_format") from err
+        try:
+            return TargetChooser(request.sampling, self.model.n_vocab, self.model.n_ctx, grammar)
         except SamplingError as err:
             raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), err.param) from err
 

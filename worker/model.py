@@ -200,6 +200,11 @@ class Model:
         """True for end-of-generation tokens (EOS, EOT, <|im_end|>...)."""
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
+    @property
+    def vocab(self) -> Any:
+        """The llama_vocab pointer, for samplers that read token texts (a grammar)."""
+        return self._vocab
+
     def token_text(self, token: int) -> str:
         """Return a token's vocabulary text ("" for -1), e.g. "<|im_end|>"."""
         if token < 0:

@@ -1,0 +1,94 @@
+"""Grammars in the worker's decode loops, in process on the real model: plain and lookup decoding."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from reame.gateway.schema_gbnf import schema_grammar
+from reame.shared.config import load
+from reame.shared.model_file import ModelFileError, model_path
+from reame.shared.modes import SpeculativeMode
+from reame.shared.protocol import ChatMessage, Delta, Done, Error, Generate, Message, SamplingParams
+from reame.worker.engine import Engine
+from reame.worker.model import Model
+from reame.worker.speculative.setup import Speculation
+
+pytestmark = pytest.mark.integration
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 18, "maximum": 65},
+        "city": {"enum": ["Paris", "Rome", "Oslo"]},
+    },
+    "required": ["name", "age", "city"],
+    "additionalProperties": False,
+}
+DOCUMENT = (
+    "Record: the applicant is Marie Curie, aged 44, living in Paris. Record: the applicant is Marie Curie, "
+    "aged 44, living in Paris. Give her record as JSON with name, age and city."
+)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    try:
+        path = model_path(load(None, {}))
+    except ModelFileError as err:
+        pytest.skip(str(err))
+    model = Model(path, 1024, 512, 1)
+    # Forced drafting: a draft of up to 8 tokens at every step it can, so verification runs under the grammar.
+    engine = Engine(model, speculation=Speculation(SpeculativeMode.LOOKUP, 1, 8, adaptive=False))
+    engine.warm_up()
+    yield engine
+    model.close()
+
+
+def run(engine: Engine, grammar: str, mode: SpeculativeMode, sampling: SamplingParams) -> tuple[str, Done]:
+    out: list[Message] = []
+    request = Generate(
+        "r", sampling, time.time() + 120, messages=[ChatMessage("user", DOCUMENT)], speculative=mode, grammar=grammar
+    )
+    engine.run(request, out.append, threading.Event())
+    done = out[-1]
+    assert isinstance(done, Done), done
+    return "".join(m.text for m in out if isinstance(m, Delta)), done
+
+
+def check_person(text: str) -> None:
+    value = json.loads(text)
+    assert set(value) == {"name", "age", "city"}
+    assert isinstance(value["name"], str) and len(value["name"]) <= 40
+    assert type(value["age"]) is int and 18 <= value["age"] <= 65
+    assert value["city"] in ("Paris", "Rome", "Oslo")
+
+
+@pytest.mark.parametrize("mode", [SpeculativeMode.OFF, SpeculativeMode.LOOKUP])
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_replies_follow_the_schema(engine: Engine, mode: SpeculativeMode, temperature: float) -> None:
+    for seed in range(3):
+        text, done = run(engine, schema_grammar(PERSON), mode, SamplingParams(temperature=temperature, seed=seed,
+                                                                               max_tokens=200))
+        assert done.finish_reason == "stop", text
+        check_person(text)
+
+
+def test_lookup_drafts_are_checked_against_the_grammar(engine: Engine) -> None:
+    """Under forced lookup drafting, drafts are verified and the reply still follows the grammar."""
+    spec, done = run(engine, schema_grammar(PERSON), SpeculativeMode.LOOKUP, SamplingParams(temperature=0.0,
+                                                                                             max_tokens=200))
+    check_person(spec)
+    assert done.draft_tokens > 0
+
+
+def test_a_grammar_llama_cpp_cannot_parse_is_an_error(engine: Engine) -> None:
+    out: list[Message] = []
+    request = Generate("r", SamplingParams(max_tokens=5), time.time() + 60, prompt="x", grammar="root ::= (")
+    engine.run(request, out.append, threading.Event())
+    assert isinstance(out[-1], Error) and out[-1].param == "response_format"
