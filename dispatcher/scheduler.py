@@ -37,6 +37,8 @@ import enum
 import logging
 from typing import Final, NamedTuple
 
+import msgspec
+
 from reame.dispatcher import affinity, threads
 from reame.dispatcher.placement import MIN_SHARE_CHARS, Placement
 from reame.shared import protocol as p
@@ -70,6 +72,7 @@ class _Worker:
     threads: int = 1  # its own
     host: str = ""
     lent: int = 1  # the threads it was last told to use
+    served: int = 0  # requests it finished
 
 
 @dataclasses.dataclass
@@ -83,6 +86,8 @@ class _Request:
     chain: affinity.Chain = ()
     prefer: bytes | None = None  # the busy worker it waits for while queued
     prefer_until: float = 0.0
+    arrived: float = 0.0  # when the dispatcher received it
+    assigned_at: float = 0.0  # when it last went to a worker
 
     @property
     def request_id(self) -> str:
@@ -132,6 +137,10 @@ class Scheduler:
             reused_from_memory=self.placement.counters.reused_from_memory,
             reused_from_store=self.placement.counters.reused_from_store,
             affinity_waits=self.placement.counters.affinity_waits,
+            worker_states=[
+                p.WorkerState(w.name, w.request_id is not None, w.served, *self.placement.held(w.identity))
+                for w in self._workers.values()
+            ],
         )
 
     # -- events from workers -------------------------------------------------
@@ -200,7 +209,11 @@ class Scheduler:
         del self._requests[request.request_id]
         self.placement.finished(worker.identity, request.chain, message if isinstance(message, p.Done) else None)
         worker.request_id = None
+        worker.served += 1
         self._idle[worker.identity] = None
+        if isinstance(message, p.Done):
+            # Only the dispatcher knows how long the request waited for a worker.
+            message = msgspec.structs.replace(message, queue_ms=(request.assigned_at - request.arrived) * 1000)
         return [Send(Dest.CLIENT, request.client, message), *self._dispatch_queued(now), *self._lend_threads()]
 
     # -- events from clients -------------------------------------------------
@@ -230,7 +243,7 @@ class Scheduler:
         if generate.deadline <= now:
             return [_error(client, request_id, p.ErrorCode.TIMEOUT,
                            "the request's deadline passed before it was dispatched")]
-        request = _Request(generate, client, chain=affinity.chain(generate))
+        request = _Request(generate, client, chain=affinity.chain(generate), arrived=now)
         room = len(self._queue) < self._queue_size
         if self._idle:
             worker = self._choose(request, now, can_wait=room)
@@ -338,6 +351,7 @@ class Scheduler:
         request.worker = identity
         request.dispatches += 1
         request.prefer = None
+        request.assigned_at = now
         return [*self._lend_threads(), Send(Dest.WORKER, identity, request.generate)]
 
     def _lend_threads(self) -> list[Send]:

@@ -18,6 +18,8 @@ from reame.gateway.auth import Keys, load_keys
 from reame.gateway.client import ClientGone, Dispatcher
 from reame.gateway.errors import APIError
 from reame.gateway.guard import KeyMiddleware
+from reame.gateway.headers import CORSMiddleware, RequestIdMiddleware, parse_origins
+from reame.gateway.metrics import Metrics
 from reame.gateway.requestlog import LogMiddleware, request_log
 from reame.gateway.resources import (
     CacheWarm,
@@ -49,6 +51,7 @@ def create_app(
     dispatcher = dispatcher or Dispatcher(config.frontend_address)
     keys = load_keys(config.server) if keys is None else keys
     settings = Settings(config, model_alias(config))
+    metrics = Metrics(settings.model, dispatcher)
     retry_after = str(config.server.retry_after)
 
     def render_api_error(req: falcon.Request, resp: falcon.Response, ex: APIError, params: Any) -> None:
@@ -78,8 +81,12 @@ def create_app(
         request_log(req).error = "client_gone"
         resp.status = CLIENT_GONE_STATUS  # for the log line; the socket is already closed
 
-    # The log middleware first: a refused request still gets its log line.
-    app = falcon.App(middleware=(LogMiddleware(), KeyMiddleware(keys)))
+    # The log middleware first: a refused request still gets its log line (and is
+    # counted), its x-request-id and its CORS headers; a preflight stops before the key check.
+    app = falcon.App(middleware=(
+        LogMiddleware(metrics.observe), RequestIdMiddleware(),
+        CORSMiddleware(parse_origins(config.server.cors_origins)), KeyMiddleware(keys),
+    ))
     app.req_options.strip_url_path_trailing_slash = True
     app.add_error_handler(Exception, render_bug)
     app.add_error_handler(falcon.HTTPError, render_http_error)
@@ -94,6 +101,7 @@ def create_app(
     app.add_route("/v1/models/{model_id:path}", models, suffix="one")
     app.add_route("/health", Health())
     app.add_route("/ready", Ready(dispatcher))
+    app.add_route("/metrics", metrics)
     return app
 
 

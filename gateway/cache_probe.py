@@ -40,9 +40,15 @@ class CacheProbe:
         """Return ON, OFF or DISABLED, waiting at most ``timeout_s`` for an answer."""
         if self.address is None:
             return DISABLED
+        return OFF if self.report(timeout_s) is None else ON
+
+    def report(self, timeout_s: float) -> protocol.CacheReport | None:
+        """Return the cachekeeper's counters (for /metrics), None if it does not answer within ``timeout_s``."""
+        if self.address is None:
+            return None
         socket_file = endpoints.ipc_path(self.address)
         if socket_file is not None and not socket_file.exists():
-            return OFF  # nothing listens: no need to wait
+            return None  # nothing listens: no need to wait
         sock = self._context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         try:
@@ -57,10 +63,10 @@ class CacheProbe:
                 except protocol.ProtocolError:
                     continue
                 if isinstance(message, protocol.CacheReport) and message.request_id == request_id:
-                    return ON
-            return OFF
+                    return message
+            return None
         except zmq.ZMQError as err:
             log.debug("the cache probe to %s failed: %s", self.address, err)
-            return OFF
+            return None
         finally:
             sock.close(linger=0)

@@ -22,6 +22,7 @@ from gunicorn.app.base import BaseApplication
 from reame.gateway.app import create_app
 from reame.gateway.auth import SHORT_KEY, Keys, load_keys
 from reame.gateway.client import Dispatcher
+from reame.gateway.metrics import use_multiprocess
 from reame.shared.config import CONFIG_PATH_ENV, Config, ConfigError
 from reame.shared.endpoints import EndpointError, LinkKeys, link_keys
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, boot
@@ -128,6 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_bind(config.server.host, config.server.port)
     except OSError as err:
         log.error("cannot listen on %s:%d: %s", config.server.host, config.server.port, err.strerror or err)
+        return EXIT_BOOT_FAILURE
+    try:
+        # Before the fork: every gunicorn process's metrics go to files one scrape reads.
+        use_multiprocess(config.run_dir / "gateway-metrics")
+    except OSError as err:
+        log.error("cannot create the metrics directory in %s: %s", config.run_dir, err.strerror or err)
         return EXIT_BOOT_FAILURE
     try:
         GatewayApplication(config, keys).run()

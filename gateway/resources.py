@@ -162,6 +162,7 @@ class _Generation:
             disconnect_probe(req.env),
         )
         call.saved_tokens = compressed.saved_tokens
+        request_log(req).compressed(options.compress or compressor.settings.mode, compressed.saved_tokens)
         return call
 
     @staticmethod
@@ -267,12 +268,18 @@ class Models:
             raise APIError(404, f"the model {model_id!r} does not exist", param="model", code="model_not_found")
         send_json(resp, responses.model_card(self.settings.model, self.settings.created))
 
+    # HEAD answers as GET does; Falcon drops the body.
+    on_head = on_get
+    on_head_one = on_get_one
+
 
 class Health:
     """The process is alive and answering; says nothing about the dispatcher."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         send_json(resp, {"status": "ok"})
+
+    on_head = on_get
 
 
 class Ready:
@@ -306,3 +313,5 @@ class Ready:
                 "waited_for_a_worker": status.affinity_waits,
             },
         })
+
+    on_head = on_get

@@ -73,13 +73,18 @@ class SSEStream:
         return next(self._events)
 
     def close(self) -> None:
-        """Stop: cancel the call still running (the client is gone) and write the log line."""
-        if not self._finished:
+        """Stop: cancel the call still running (the client is gone) and write the log line.
+
+        A client gone mid-stream is logged (and counted) as 499, as one gone before
+        its answer was sent: the 200 status line reached nobody who read the answer.
+        """
+        finished = self._finished
+        if not finished:
             self._record.error = self._record.error or "client_gone"
         try:
             self._events.close()
         finally:
-            self._close(200)
+            self._close(200 if finished else CLIENT_GONE_STATUS)
 
     def _close(self, status: int) -> None:
         self._call.close()

@@ -76,6 +76,7 @@ class ServerConfig:
     max_messages: int = key(_int(1), "1024")
     read_timeout: float = key(_float(0.1), "20")
     max_connections_per_client: int = key(_int(0), "0")
+    cors_origins: str = key(_text, "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +118,8 @@ class SamplingConfig:
 @dataclasses.dataclass(frozen=True)
 class MemoryConfig:
     kv_type: str = key(_choice("f16", "q8_0", "q4_0"), "f16")
+    use_mmap: bool = key(_bool, "true")
+    use_mlock: bool = key(_bool, "false")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +166,7 @@ class SecurityConfig:
 @dataclasses.dataclass(frozen=True)
 class LoggingConfig:
     level: str = key(_choice("debug", "info", "warning", "error"), "info")
+    format: str = key(_choice("text", "json"), "text")
 
 
 @dataclasses.dataclass(frozen=True)

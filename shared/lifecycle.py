@@ -86,5 +86,5 @@ def boot(
         logs.setup(process, "info")
         logging.getLogger(process).error("cannot start: %s", err)
         return None
-    logs.setup(process, config.logging.level)
+    logs.setup(process, config.logging.level, config.logging.format)
     return args, config

@@ -200,6 +200,7 @@ class Done(_Struct, frozen=True):
     cache_saved: bool = False  # for warm requests: the prompt's state is in the store
     draft_tokens: int = 0  # speculative tokens proposed
     accepted_draft_tokens: int = 0  # ...and accepted by the target model
+    queue_ms: float = 0.0  # set by the dispatcher: time from its arrival to its (last) worker
 
 
 class Error(_Struct, frozen=True):
@@ -219,6 +220,16 @@ class StatusQuery(_Struct, frozen=True):
     KIND: ClassVar[Kind] = Kind.STATUS_QUERY
 
 
+class WorkerState(_Struct, frozen=True):
+    """One worker as the dispatcher sees it (``reame status``)."""
+
+    name: str  # "worker_id (pid N)"
+    busy: bool
+    served: int  # requests it finished since it attached
+    held_chars: int = 0  # characters of the prompt whose KV state it holds
+    held_prefix: str = ""  # a short hash naming that prompt ("" when it holds none)
+
+
 class Status(_Struct, frozen=True):
     """The dispatcher's counts now, and its counters since it started."""
 
@@ -231,6 +242,7 @@ class Status(_Struct, frozen=True):
     reused_from_memory: int = 0  # requests that reused the prompt their worker held
     reused_from_store: int = 0  # requests that restored a stored prefix
     affinity_waits: int = 0  # requests that waited for the worker holding their document
+    worker_states: list[WorkerState] = msgspec.field(default_factory=list)
 
 
 class Threads(_Struct, frozen=True):

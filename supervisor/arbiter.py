@@ -332,7 +332,7 @@ def serve(config_path: str | None) -> int:
     except (ConfigError, ModelFileError, EndpointError) as err:
         print(f"reame: {err}", file=sys.stderr)
         return EXIT_USAGE
-    logs.setup("reame", config.logging.level)
+    logs.setup("reame", config.logging.level, config.logging.format)
     env = dict(os.environ)
     if config_path:
         config_path = os.path.abspath(config_path)

@@ -61,7 +61,11 @@ def memory_summary() -> str:
 def load_model(config: Config) -> Model:
     """Load the configured model; raise ModelFileError or ModelError with a clear message."""
     path = model_path(config)
-    return Model(path, config.model.n_ctx, config.model.n_batch, config.workers.threads, config.memory.kv_type)
+    memory = config.memory
+    return Model(
+        path, config.model.n_ctx, config.model.n_batch, config.workers.threads, memory.kv_type,
+        use_mmap=memory.use_mmap, use_mlock=memory.use_mlock,
+    )
 
 
 def open_cache(

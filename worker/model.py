@@ -30,6 +30,8 @@ KV_TYPES: Final = {
     "q4_0": llama_cpp.GGML_TYPE_Q4_0,
 }
 _PIECE_BUFFER: Final = 64
+# A GGUF file's header and metadata are not weights: locking most of the file is locking it.
+LOCKED_ENOUGH: Final = 0.9
 
 # enum ggml_log_level (ggml.h; llama_cpp/_logger.py has an older numbering) -> logging.
 # Level 5 continues the previous line.
@@ -74,11 +76,54 @@ def _init_backend() -> None:
             _backend_ready = True
 
 
+def load_mode(use_mmap: bool, use_mlock: bool) -> int:
+    """Return llama.cpp's load mode for memory.use_mmap and memory.use_mlock."""
+    if use_mmap:
+        return llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK if use_mlock else llama_cpp.LLAMA_LOAD_MODE_MMAP
+    return llama_cpp.LLAMA_LOAD_MODE_MLOCK if use_mlock else llama_cpp.LLAMA_LOAD_MODE_NONE
+
+
+def locked_bytes(status: Path = Path("/proc/self/status")) -> int | None:
+    """Return this process's locked memory (VmLck), None where the kernel does not say."""
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("VmLck:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_locked(path: Path, locked: int | None) -> bool:
+    """Log a warning with the fix if less than the model's weights are locked; False then.
+
+    llama.cpp treats a failed mlock as a warning and serves anyway (the weights may
+    then be paged out under memory pressure), and so does reame: it is not fatal.
+    """
+    size = path.stat().st_size
+    if locked is None or locked >= size * LOCKED_ENOUGH:
+        return True
+    log.warning(
+        "memory.use_mlock: only %d of the model's %d bytes are locked in RAM, so they may be paged out; "
+        "raise the locked-memory limit: LimitMEMLOCK=infinity in the systemd unit, or `ulimit -l unlimited` "
+        "(or a size above the model's) in the shell that starts reame; or set memory.use_mlock = false",
+        locked, size,
+    )
+    return False
+
+
 class Model:
     """A loaded GGUF model with one context: tokenize, decode, read pieces."""
 
-    def __init__(self, path: Path, n_ctx: int, n_batch: int, threads: int, kv_type: str = "f16") -> None:
-        """Load ``path`` (mmap) and create a context; ``n_ctx`` 0 = the training context."""
+    def __init__(
+        self, path: Path, n_ctx: int, n_batch: int, threads: int, kv_type: str = "f16",
+        *, use_mmap: bool = True, use_mlock: bool = False,
+    ) -> None:
+        """Load ``path`` and create a context; ``n_ctx`` 0 = the training context.
+
+        ``use_mmap`` maps the weights (workers share them in the page cache);
+        ``use_mlock`` pins them in RAM, and a failure to do so is logged with its fix.
+        """
         if kv_type not in KV_TYPES:
             raise ModelError(f"unknown KV cache type {kv_type!r}; expected one of {', '.join(KV_TYPES)}")
         _init_backend()
@@ -92,12 +137,14 @@ class Model:
         if not os.access(path, os.R_OK):
             raise ModelError(f"cannot read model file {path}")
         model_params = llama_cpp.llama_model_default_params()
-        model_params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP
+        model_params.load_mode = load_mode(use_mmap, use_mlock)
         model_params.n_gpu_layers = 0
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
             self._model = None
             raise ModelError(f"llama.cpp could not load {path} (not a GGUF model it supports?)")
+        if use_mlock:
+            check_locked(path, locked_bytes())
         try:
             self._vocab = llama_cpp.llama_model_get_vocab(self._model)
             self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)

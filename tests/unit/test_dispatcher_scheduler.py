@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from reame.dispatcher.scheduler import MAX_DISPATCHES, Dest, Scheduler, Send
@@ -39,6 +40,11 @@ def done(request_id: str) -> p.Done:
     return p.Done(request_id=request_id, finish_reason=p.FinishReason.STOP, prompt_tokens=1, completion_tokens=1)
 
 
+def counts(sched: Scheduler) -> p.Status:
+    """The status without the per-worker rows, which test_worker_states_say_who_is_busy checks."""
+    return msgspec.structs.replace(sched.status(), worker_states=[])
+
+
 @pytest.fixture
 def sched() -> Scheduler:
     return Scheduler(queue_size=2, now=T0)
@@ -55,14 +61,14 @@ def attach(sched: Scheduler, *identities: bytes, now: float = T0) -> None:
 def test_generate_without_workers_fails_at_once(sched: Scheduler) -> None:
     sends = sched.client_message(GW, gen("r1"), T0)
     assert error_codes(sends) == [(GW, "r1", p.ErrorCode.NO_WORKERS)]
-    assert sched.status() == p.Status(workers=0, idle_workers=0, queued=0, running=0)
+    assert counts(sched) == p.Status(workers=0, idle_workers=0, queued=0, running=0)
 
 
 def test_generate_goes_to_the_longest_idle_worker(sched: Scheduler) -> None:
     attach(sched, W1, W2)
     assert sched.client_message(GW, gen("r1"), T0) == [to_worker(W1, gen("r1"))]
     assert sched.client_message(GW, gen("r2"), T0) == [to_worker(W2, gen("r2"))]
-    assert sched.status() == p.Status(workers=2, idle_workers=0, queued=0, running=2)
+    assert counts(sched) == p.Status(workers=2, idle_workers=0, queued=0, running=2)
 
 
 def test_worker_freed_first_is_used_first(sched: Scheduler) -> None:
@@ -80,7 +86,7 @@ def test_busy_workers_queue_in_fifo_order_then_overload(sched: Scheduler) -> Non
     assert sched.client_message(GW, gen("r2"), T0) == []
     assert sched.client_message(GW2, gen("r3"), T0) == []
     assert error_codes(sched.client_message(GW, gen("r4"), T0)) == [(GW, "r4", p.ErrorCode.OVERLOADED)]
-    assert sched.status() == p.Status(workers=1, idle_workers=0, queued=2, running=1)
+    assert counts(sched) == p.Status(workers=1, idle_workers=0, queued=2, running=1)
 
     sends = sched.worker_message(W1, done("r1"), T0)
     assert sends == [to_client(done("r1")), to_worker(W1, gen("r2"))]
@@ -120,7 +126,7 @@ def test_delta_done_and_error_are_forwarded(sched: Scheduler) -> None:
     assert sched.worker_message(W1, delta, T0) == [to_client(delta)]
     error = p.Error(request_id="r1", code=p.ErrorCode.CONTEXT_LENGTH_EXCEEDED, message="long")
     assert sched.worker_message(W1, error, T0) == [to_client(error)]
-    assert sched.status() == p.Status(workers=1, idle_workers=1, queued=0, running=0)
+    assert counts(sched) == p.Status(workers=1, idle_workers=1, queued=0, running=0)
 
 
 def test_delta_for_unknown_request_is_cancelled_at_the_worker(sched: Scheduler) -> None:
@@ -200,7 +206,35 @@ def test_status_query_is_answered(sched: Scheduler) -> None:
     attach(sched, W1, W2)
     sched.client_message(GW, gen("r1"), T0)
     sends = sched.client_message(GW2, p.StatusQuery(), T0)
-    assert sends == [to_client(p.Status(workers=2, idle_workers=1, queued=0, running=1), GW2)]
+    assert [(s.dest, s.identity) for s in sends] == [(Dest.CLIENT, GW2)]
+    assert msgspec.structs.replace(sends[0].message, worker_states=[]) == p.Status(
+        workers=2, idle_workers=1, queued=0, running=1
+    )
+
+
+def test_worker_states_say_who_is_busy_what_it_holds_and_how_much_it_served(sched: Scheduler) -> None:
+    attach(sched, W1, W2)
+    sched.client_message(GW, gen("r1"), T0)
+    sched.worker_message(W1, done("r1"), T0 + 1)
+    sched.client_message(GW, gen("r2"), T0 + 2)
+    states = {s.name: s for s in sched.status().worker_states}
+    first, second = states["w-1 (pid 1)"], states["w-2 (pid 1)"]
+    assert (first.busy, first.served) == (False, 1)
+    assert (second.busy, second.served) == (True, 0)  # the longest idle took r2
+    assert first.held_chars == second.held_chars > 0  # both prompts are gen()'s "hi"
+    assert first.held_prefix == second.held_prefix != ""
+    sched.worker_message(W1, p.Disconnect(), T0 + 3)
+    assert [s.name for s in sched.status().worker_states] == ["w-2 (pid 1)"]
+
+
+def test_done_says_how_long_the_request_waited_for_a_worker(sched: Scheduler) -> None:
+    attach(sched, W1)
+    sched.client_message(GW, gen("r1"), T0)
+    sched.client_message(GW, gen("r2"), T0 + 1)  # queued behind r1
+    sends = sched.worker_message(W1, done("r1"), T0 + 3)
+    assert sends[0].message == msgspec.structs.replace(done("r1"), queue_ms=0.0)
+    sends = sched.worker_message(W1, done("r2"), T0 + 4)
+    assert sends[0].message == msgspec.structs.replace(done("r2"), queue_ms=2000.0)
 
 
 def test_messages_of_the_wrong_direction_are_dropped(sched: Scheduler) -> None:
@@ -208,7 +242,7 @@ def test_messages_of_the_wrong_direction_are_dropped(sched: Scheduler) -> None:
     assert sched.client_message(GW, p.Ready(worker_id="x", pid=1, model="m", n_ctx=1), T0) == []
     assert sched.client_message(GW, p.Heartbeat(), T0) == []
     assert sched.worker_message(W1, gen("r1"), T0) == []
-    assert sched.status() == p.Status(workers=1, idle_workers=1, queued=0, running=0)
+    assert counts(sched) == p.Status(workers=1, idle_workers=1, queued=0, running=0)
 
 
 # -- liveness --------------------------------------------------------------------
@@ -261,7 +295,7 @@ def test_request_of_a_dead_worker_is_redispatched_before_queued_ones(sched: Sche
     sched.client_message(GW, gen("r4"), T0 + 1)  # queued
     sends = sched.purge_expired(T0 + TTL)  # W1 is dead; r1 goes to the front
     assert sends == []
-    assert sched.status() == p.Status(workers=1, idle_workers=0, queued=2, running=1, full_prefills=1)
+    assert counts(sched) == p.Status(workers=1, idle_workers=0, queued=2, running=1, full_prefills=1)
     sends = sched.worker_message(W2, done("r3"), T0 + TTL)
     assert sends == [to_client(done("r3")), to_worker(W2, gen("r1"))]
 
@@ -280,7 +314,7 @@ def test_started_request_of_a_dead_worker_is_lost(sched: Scheduler) -> None:
     sched.worker_message(W1, p.Delta(request_id="r1", text="x", tokens=1), T0)
     sends = sched.purge_expired(T0 + TTL)
     assert error_codes(sends) == [(GW, "r1", p.ErrorCode.WORKER_LOST)]
-    assert sched.status() == p.Status(workers=1, idle_workers=1, queued=0, running=0)
+    assert counts(sched) == p.Status(workers=1, idle_workers=1, queued=0, running=0)
 
 
 def test_request_is_dispatched_at_most_twice(sched: Scheduler) -> None:
@@ -292,7 +326,7 @@ def test_request_is_dispatched_at_most_twice(sched: Scheduler) -> None:
     assert sched.worker_message(W2, ready(), T0) == [to_worker(W2, gen("r1"))]
     sends = sched.worker_message(W2, p.Disconnect(), T0)
     assert error_codes(sends) == [(GW, "r1", p.ErrorCode.WORKER_LOST)]
-    assert sched.status() == p.Status(workers=0, idle_workers=0, queued=0, running=0)
+    assert counts(sched) == p.Status(workers=0, idle_workers=0, queued=0, running=0)
 
 
 def test_cancelled_request_of_a_dead_worker_is_not_redispatched(sched: Scheduler) -> None:
@@ -309,7 +343,7 @@ def test_worker_announcing_itself_again_loses_its_request(sched: Scheduler) -> N
     sched.client_message(GW, gen("r1"), T0)
     # Requeued, then handed to the re-registered worker at once.
     assert sched.worker_message(W1, ready(), T0) == [to_worker(W1, gen("r1"))]
-    assert sched.status() == p.Status(workers=1, idle_workers=0, queued=0, running=1)
+    assert counts(sched) == p.Status(workers=1, idle_workers=0, queued=0, running=1)
 
 
 def test_queued_request_past_its_deadline_times_out(sched: Scheduler) -> None:
@@ -346,4 +380,4 @@ def test_shutdown_fails_every_pending_request(sched: Scheduler) -> None:
     assert sorted(error_codes(sends)) == [
         (GW, "r1", p.ErrorCode.SHUTTING_DOWN), (GW2, "r2", p.ErrorCode.SHUTTING_DOWN),
     ]
-    assert sched.status() == p.Status(workers=0, idle_workers=0, queued=0, running=0)
+    assert counts(sched) == p.Status(workers=0, idle_workers=0, queued=0, running=0)

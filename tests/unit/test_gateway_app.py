@@ -181,6 +181,7 @@ def test_closing_a_stream_early_cancels_the_request(
     assert fake.cancelled.wait(WAIT_S)
     (line,) = [r.getMessage() for r in caplog.records if r.name == "gateway.requests"]
     assert line.startswith(first["id"]) and line.endswith(" error=client_gone")
+    assert " 499 " in line  # as when a client hangs up before a non-streamed answer
     cancels = [m for m in fake.received if isinstance(m, protocol.Cancel)]
     assert [c.request_id for c in cancels] == [first["id"]]
 

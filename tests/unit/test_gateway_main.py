@@ -18,7 +18,7 @@ from reame.shared.lifecycle import EXIT_BOOT_FAILURE
 @pytest.fixture(autouse=True)
 def quiet_logs(monkeypatch: pytest.MonkeyPatch) -> None:
     # logs.setup replaces the root handlers, which would take pytest's capture away.
-    monkeypatch.setattr("reame.shared.logs.setup", lambda process, level: None)
+    monkeypatch.setattr("reame.shared.logs.setup", lambda process, level, fmt="text": None)
 
 
 def test_gunicorn_is_configured_from_reame_config() -> None:

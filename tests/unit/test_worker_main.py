@@ -17,7 +17,7 @@ from reame.worker.main import index_argument, main, memory_summary
 @pytest.fixture(autouse=True)
 def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep main() from replacing the test run's log handlers and signal handlers."""
-    monkeypatch.setattr("reame.shared.logs.setup", lambda process, level: None)
+    monkeypatch.setattr("reame.shared.logs.setup", lambda process, level, fmt="text": None)
     monkeypatch.setattr(StopFlag, "install", lambda self: None)
     for name in list(os.environ):
         if name.startswith("REAME_"):
