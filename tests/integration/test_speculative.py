@@ -130,13 +130,12 @@ def assert_near_tie(engine: Engine, request: str | list[ChatMessage], plain: lis
 
 def plain_logits(engine: Engine, request: str | list[ChatMessage], count: int) -> list[npt.NDArray[np.float32]]:
     """Decode greedily one token at a time, as the plain path does; return the logits at each step."""
-    model = engine.model
     if isinstance(request, str):
-        prompt = model.tokenize(request, add_special=True)
+        prompt = engine.tokens.prompt(request, lambda: None)
     else:
         template = engine._template
         assert template is not None
-        prompt = model.tokenize(template.render(request), add_special=False)
+        prompt = engine.tokens.chat(template.render_segments(request), lambda: None)
     kv = engine.kv
     kv.reset()
     kv.append(prompt, logits_last=True)
