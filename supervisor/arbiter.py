@@ -10,6 +10,10 @@ start at all (bad config, missing model, address in use): restarting it would
 only loop, so reame stops and says which child. The cachekeeper is the exception:
 the cache is optional (workers serve without it), so it is an *optional* child
 whose boot failure is retried with the same backoff while everything else serves.
+
+Under systemd (``Type=notify``) the supervisor sends ``READY=1`` once the gateway
+answers ``/ready`` (a worker is attached: the service can answer a request), and
+``STOPPING=1`` when it begins to stop (shared.sdnotify).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import collections
 import contextlib
 import dataclasses
 import fcntl
+import http.client
 import logging
 import os
 import select
@@ -30,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any, Final
 
-from reame.shared import logs
+from reame.shared import logs, sdnotify
 from reame.shared.config import CONFIG_PATH_ENV, Config, ConfigError, load
 from reame.shared.endpoints import EndpointError, link_keys
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, die_with_parent
@@ -43,6 +48,7 @@ GRACE_S: Final = 15.0  # between SIGTERM and SIGKILL at shutdown
 # The loop wakes on every signal; this only bounds how late a restart can be.
 MAX_SLEEP_S: Final = 1.0
 READY_POLL_S: Final = 0.1  # how often to look for the gateway's port before announcing it
+READY_PROBE_S: Final = 2.0  # /ready asks the dispatcher, which answers within a second
 EXIT_USAGE: Final = 2  # bad config or model: nothing was started
 EXIT_CHILD_FAILED: Final = 1
 
@@ -181,6 +187,7 @@ class Arbiter:
     def _announce(self) -> None:
         if self._banner and self._ready():
             log.info("%s", self._banner)
+            sdnotify.notify(f"READY=1\nSTATUS={self._banner}")
             self._banner = None
 
     # -- signals -----------------------------------------------------------------
@@ -279,6 +286,7 @@ class Arbiter:
     def _shutdown(self) -> None:
         """SIGTERM every child in reverse start order, SIGKILL what outlives the grace period."""
         self._stopping = True
+        sdnotify.notify("STOPPING=1")
         for child in reversed(self._alive()):
             self._signal(child, signal.SIGTERM)
         deadline = time.monotonic() + self._grace
@@ -304,6 +312,23 @@ class Arbiter:
         assert child.process is not None
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.process.pid, sig)
+
+
+def gateway_ready(host: str, port: int) -> Callable[[], bool]:
+    """Return a check that the gateway on ``host:port`` answers ``GET /ready`` with 200."""
+    target = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+
+    def check() -> bool:
+        connection = http.client.HTTPConnection(target, port, timeout=READY_PROBE_S)
+        try:
+            connection.request("GET", "/ready")
+            return connection.getresponse().status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            connection.close()
+
+    return check
 
 
 def port_open(host: str, port: int) -> Callable[[], bool]:
@@ -340,5 +365,5 @@ def serve(config_path: str | None) -> int:
     specs = child_specs(config, config_path)
     host = f"[{config.server.host}]" if ":" in config.server.host else config.server.host
     banner = f"reame serving http://{host}:{config.server.port} with {config.worker_count} workers"
-    ready = port_open(config.server.host, config.server.port)
+    ready = gateway_ready(config.server.host, config.server.port)
     return Arbiter(specs, env=env, banner=banner, ready=ready).run()

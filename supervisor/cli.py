@@ -130,6 +130,22 @@ def _keys_generate(args: argparse.Namespace) -> int:
     return keys.run(args.directory, args.client)
 
 
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    _config_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the screen")
+
+
+def _status(args: argparse.Namespace) -> int:
+    from reame.supervisor import status
+
+    try:
+        config = load(args.config)
+    except ConfigError as err:
+        print(f"reame: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    return status.run(config, json_output=args.json)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from reame.supervisor.arbiter import serve
 
@@ -172,6 +188,7 @@ def render_config(config: Config) -> str:
 
 COMMANDS: Final[tuple[Command, ...]] = (
     Command("serve", "run the dispatcher, the workers and the gateway, and keep them running", _serve),
+    Command("status", "one screen: workers, queue, cache, tokens saved since start", _status, _status_arguments),
     Command("dispatcher", "run only the dispatcher", _delegate("reame.dispatcher.main")),
     Command("worker", "run only one worker", _delegate("reame.worker.main"), _worker_arguments),
     Command("gateway", "run only the HTTP gateway", _delegate("reame.gateway.main")),
