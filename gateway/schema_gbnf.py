@@ -8,8 +8,8 @@ enforce exactly, per type, and refuses anything else with a :class:`SchemaError`
 naming the keyword's path; the walk also drops annotations (``title``,
 ``description``...), which the converter would trip on. The converter is then
 extended where it is loose: integer ranges (gateway.int_range), string patterns
-(gateway.regex_gbnf, which the converter would pass through untranslated), and
-JSON strings that never hold a raw control character.
+(gateway.regex_gbnf, which the converter would pass through untranslated), dates
+with each month's days, and JSON strings that never hold a raw control character.
 """
 
 from __future__ import annotations
@@ -48,6 +48,17 @@ MAX_DEPTH: Final = 64
 # JSON strings: any character but '"', '\\' and the control characters, which JSON escapes.
 _CHAR: Final[Any] = BuiltinRule(
     r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])', []
+)
+# RFC 3339 full-date, exactly: years 0001-9999, each month's days, February 29 in leap years only
+# (llama-cpp-python's rule allows any day up to 31 in any month).
+_DATE: Final[Any] = BuiltinRule(
+    '( ( [1-9] [0-9] [0-9] [0-9] | "0" [1-9] [0-9] [0-9] | "00" [1-9] [0-9] | "000" [1-9] ) "-" ( '
+    '( "0" [13578] | "1" [02] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) | '
+    '( "0" [469] | "11" ) "-" ( "0" [1-9] | [12] [0-9] | "30" ) | '
+    '"02-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ) ) ) | '
+    '( [0-9] [0-9] ( "0" [48] | [2468] [048] | [13579] [26] ) | ( "0" [48] | [2468] [048] | [13579] [26] ) "00" ) '
+    '"-02-29"',
+    [],
 )
 _PYTHON_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "object": (dict,), "array": (list,), "string": (str,), "integer": (int,), "number": (int, float),
@@ -104,6 +115,8 @@ class _Converter(_llama_grammar.SchemaConverter):  # type: ignore[misc]  # an un
     def _add_primitive(self, name: str, rule: Any) -> str:
         if name == "char" or rule is PRIMITIVE_RULES["char"]:
             rule = _CHAR
+        elif name == "date":
+            rule = _DATE
         if "char" in rule.deps and "char" not in self._rules:
             self._add_rule("char", _CHAR.content)
         return str(super()._add_primitive(name, rule))

@@ -1,0 +1,96 @@
+"""JSON schema to GBNF: what is enforced, what is refused and where, integer ranges, patterns."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from reame.gateway.errors import APIError
+from reame.gateway.int_range import int_range, regex
+from reame.gateway.regex_gbnf import PatternError, pattern_rule
+from reame.gateway.schema_gbnf import SchemaError, schema_grammar
+from reame.gateway.structured import response_grammar
+from tests.schemas import ENFORCED, REFUSED
+
+
+@pytest.mark.parametrize("schema", ENFORCED)
+def test_enforced_schemas_convert_to_a_grammar_with_a_root(schema: dict[str, Any]) -> None:
+    grammar = schema_grammar(schema)
+    rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines())
+    assert "root" in rules
+    # Every rule a rule names is defined: the grammar is closed.
+    for body in rules.values():
+        bare = re.sub(r'"(\\.|[^"\\])*"|\[(\\.|[^\]\\])*\]', " ", body)  # literals and classes out
+        for name in re.findall(r"[a-zA-Z][\w-]*", bare):
+            assert name in rules, (name, grammar)
+
+
+@pytest.mark.parametrize(("schema", "path"), REFUSED)
+def test_schemas_that_cannot_be_enforced_are_refused_naming_the_part(schema: Any, path: str) -> None:
+    with pytest.raises(SchemaError) as caught:
+        schema_grammar(schema)
+    assert caught.value.path == path
+
+
+def test_the_gateway_answers_400_naming_the_keyword() -> None:
+    with pytest.raises(APIError) as caught:
+        response_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": REFUSED[0][0]}})
+    assert caught.value.status == 400
+    assert caught.value.param == "response_format.json_schema.schema.minimum"
+
+
+def test_text_and_json_object() -> None:
+    assert response_grammar(None) is None
+    assert response_grammar({"type": "text"}) is None
+    grammar = response_grammar({"type": "json_object"})
+    assert grammar is not None and "root ::= object" in grammar.splitlines()
+    # No schema given: any JSON object, as OpenAI's schema allows.
+    assert response_grammar({"type": "json_schema", "json_schema": {"name": "x"}}) == grammar
+
+
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [(0, 100), (1, 5), (-5, 5), (-100, -7), (3, None), (None, -3), (None, None), (17, 1234), (0, 0), (-1, 0),
+     (None, 42), (-42, None), (99, 101), (10, 99), (1, 10**6), (-999, 999), (5, 5)],
+)
+def test_integer_ranges_match_exactly_the_integers_in_range(low: int | None, high: int | None) -> None:
+    pattern = re.compile(regex(int_range(low, high)))
+    for n in range(-2100, 2100):
+        inside = (low is None or n >= low) and (high is None or n <= high)
+        assert bool(pattern.fullmatch(str(n))) == inside, n
+    for text in ("01", "-0", "00", "-01", "+1", "1.0"):
+        assert not pattern.fullmatch(text)
+
+
+def test_an_empty_integer_range_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        int_range(3, 2)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("^[0-9]{5}$", '"\\"" (([0-9]){5}) "\\"" space'),
+        ("^a|b$", None),  # anchors inside a branch
+        ("^x\\d+$", '"\\"" ("x" ([0-9])+) "\\"" space'),
+    ],
+)
+def test_patterns_translate_or_are_refused(pattern: str, expected: str | None) -> None:
+    if expected is None:
+        with pytest.raises(PatternError):
+            pattern_rule(pattern)
+    else:
+        assert pattern_rule(pattern) == expected
+
+
+def test_unanchored_patterns_allow_text_around_the_match() -> None:
+    rule = pattern_rule("ab")
+    assert rule.startswith('"\\"" [^') and rule.endswith('* "\\"" space')
+
+
+def test_classes_never_produce_raw_quotes_backslashes_or_control_characters() -> None:
+    rule = pattern_rule('^[ -~]$')  # printable ASCII, which includes '"' and '\\'
+    assert "\\x22" not in rule and "\\x5C" not in rule and "\\x00" not in rule
+    assert '"\\\\\\""' in rule and '"\\\\\\\\"' in rule  # both are offered JSON-escaped
