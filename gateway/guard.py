@@ -1,12 +1,12 @@
 """The Falcon middleware that lets a request through only with a configured API key.
 
 With no key configured it lets everything through. Otherwise every path but the
-probes (:data:`OPEN_PATHS`) needs a key (gateway.auth): no key is OpenAI's 401 with
-``"code": null``, a wrong one its 401 with ``"code": "invalid_api_key"``. Unknown
-paths are refused the same way, so an unauthenticated client learns nothing about
-the routes. The matched key's :class:`~reame.gateway.auth.Tenant` rides on
-``req.context.tenant`` (the cache scope is derived from it) and names the key in
-the request's log line.
+probes and the web page with its assets (:data:`OPEN_PATHS`) needs a key
+(gateway.auth): no key is OpenAI's 401 with ``"code": null``, a wrong one its 401
+with ``"code": "invalid_api_key"``. Unknown paths are refused the same way, so an
+unauthenticated client learns nothing about the routes. The matched key's
+:class:`~reame.gateway.auth.Tenant` rides on ``req.context.tenant`` (the cache
+scope is derived from it) and names the key in the request's log line.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import falcon
 from reame.gateway.auth import Keys, Tenant, presented_key
 from reame.gateway.errors import APIError
 from reame.gateway.requestlog import PROBE_PATHS, request_log
+from reame.gateway.webpage import PAGE_PATHS
 
-# An orchestrator's probes carry no key; they say nothing a client could use.
-OPEN_PATHS: Final = PROBE_PATHS
+# An orchestrator's probes carry no key; they say nothing a client could use. Nor does
+# the web page: it is the same for everyone, and its API calls carry the key.
+OPEN_PATHS: Final = PROBE_PATHS | PAGE_PATHS
 NO_KEY: Final = (
     "You didn't provide an API key. You need to provide your API key in an Authorization header "
     "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or in an X-Api-Key header."
