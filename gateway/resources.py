@@ -18,6 +18,7 @@ from reame.gateway.compression import Compressor
 from reame.gateway.errors import APIError, dispatcher_unavailable, invalid
 from reame.gateway.guard import tenant_of
 from reame.gateway.http_worker import ReadTimeout
+from reame.gateway.logprobs import choice_logprobs
 from reame.gateway.requestlog import request_log
 from reame.gateway.responses import Choice, Usage
 from reame.gateway.streams import ChatStream, CompletionStream, Meta, SSEStream, collect, next_message
@@ -138,6 +139,7 @@ class _Generation:
         options: validation.Options = validation.DEFAULT_OPTIONS,
         warm: bool = False,
         grammar: str | None = None,
+        logprobs: int | None = None,
     ) -> Call:
         """Refuse what cannot fit the context, compress the prompt or messages as the request asks, send them."""
         compressor = self.settings.compressor
@@ -157,7 +159,7 @@ class _Generation:
             protocol.Generate(
                 request_id, sampling, deadline, prompt=compressed.prompt, messages=compressed.messages,
                 cache=options.cache, warm=warm, speculative=options.speculative,
-                cache_scope=auth.cache_scope(key_scope, options.cache_salt), grammar=grammar,
+                cache_scope=auth.cache_scope(key_scope, options.cache_salt), grammar=grammar, logprobs=logprobs,
             ),
             disconnect_probe(req.env),
         )
@@ -185,17 +187,19 @@ class ChatCompletions(_Generation):
         record.request_id = response_id = responses.new_id(responses.CHAT_ID_PREFIX)
         call = self.open(
             req, response_id, request.sampling, messages=request.messages, options=request.options,
-            grammar=request.grammar,
+            grammar=request.grammar, logprobs=request.logprobs,
         )
         first = self.first(call, req)
-        meta = Meta(response_id, int(time.time()), s.model, request.include_usage)
+        meta = Meta(response_id, int(time.time()), s.model, request.include_usage, request.logprobs is not None)
         if request.stream:
             start_stream(req, resp, ChatStream(call, first, meta, record))
             return
+        entries: list[protocol.TokenLogprob] | None = None if request.logprobs is None else []
         with call:
-            text, done = collect(call, first, record)
+            text, done = collect(call, first, record, entries)
+        usage = Usage.from_done(done, call.saved_tokens)
         send_json(resp, responses.chat_completion(
-            response_id, meta.created, s.model, text, done.finish_reason.value, Usage.from_done(done, call.saved_tokens)
+            response_id, meta.created, s.model, text, done.finish_reason.value, usage, choice_logprobs(entries)
         ))
 
 

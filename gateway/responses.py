@@ -93,9 +93,10 @@ def cache_warm(warm_id: str, created: int, model: str, done: Done) -> Json:
 
 
 def chat_completion(
-    response_id: str, created: int, model: str, content: str, finish_reason: str, usage: Usage
+    response_id: str, created: int, model: str, content: str, finish_reason: str, usage: Usage,
+    logprobs: Json | None = None,
 ) -> Json:
-    """Return a whole ``chat.completion`` object."""
+    """Return a whole ``chat.completion`` object; ``logprobs`` is the choice's (gateway.logprobs)."""
     return {
         "id": response_id,
         "object": "chat.completion",
@@ -105,7 +106,7 @@ def chat_completion(
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": content},
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": finish_reason,
             }
         ],
@@ -120,10 +121,11 @@ def chat_chunk(
     delta: dict[str, str],
     finish_reason: str | None = None,
     include_usage: bool = False,
+    logprobs: Json | None = None,
 ) -> Json:
     """Return one ``chat.completion.chunk``; ``usage`` is null on it when usage is streamed."""
     chunk = _chunk("chat.completion.chunk", response_id, created, model)
-    chunk["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+    chunk["choices"] = [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}]
     if include_usage:
         chunk["usage"] = None
     return chunk

@@ -18,9 +18,10 @@ from typing import Final
 from reame.gateway import errors, responses, sse
 from reame.gateway.client import Call, ClientGone
 from reame.gateway.errors import APIError
+from reame.gateway.logprobs import choice_logprobs
 from reame.gateway.requestlog import RequestLog
 from reame.gateway.responses import Usage
-from reame.shared.protocol import Delta, Done
+from reame.shared.protocol import Delta, Done, TokenLogprob
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class Meta:
     created: int
     model: str
     include_usage: bool
+    logprobs: bool = False  # chat: each content chunk carries its tokens' logprobs
 
 
 def next_message(call: Call, record: RequestLog) -> Delta | Done:
@@ -45,12 +47,16 @@ def next_message(call: Call, record: RequestLog) -> Delta | Done:
     return message
 
 
-def collect(call: Call, first: Delta | Done, record: RequestLog) -> tuple[str, Done]:
-    """Read a call to its end: the whole text and the Done."""
+def collect(
+    call: Call, first: Delta | Done, record: RequestLog, logprobs: list[TokenLogprob] | None = None
+) -> tuple[str, Done]:
+    """Read a call to its end: the whole text and the Done (and each token's logprobs into ``logprobs``)."""
     parts = []
     message = first
     while isinstance(message, Delta):
         parts.append(message.text)
+        if logprobs is not None:
+            logprobs.extend(message.logprobs)
         message = next_message(call, record)
     return "".join(parts), message
 
@@ -64,6 +70,7 @@ class SSEStream:
         self._record = record
         self._usage = Usage()
         self._finished = False
+        self._delta: Delta | None = None
         self._events = self._run(first)
 
     def __iter__(self) -> SSEStream:
@@ -122,6 +129,7 @@ class SSEStream:
         message = first
         while isinstance(message, Delta):
             if message.text:
+                self._delta = message  # for a chunk that also carries the Delta's logprobs
                 yield chunk(message.text)
             message = next_message(call, self._record)
         self._usage += Usage.from_done(message, call.saved_tokens)
@@ -134,18 +142,19 @@ class ChatStream(SSEStream):
     def _body(self, first: Delta | Done) -> Iterator[bytes]:
         m = self.meta
         yield self._chunk({"role": "assistant", "content": ""})
-        done = yield from self._relay(self._call, first, lambda text: self._chunk({"content": text}))
+        done = yield from self._relay(self._call, first, lambda text: self._chunk({"content": text}, logprobs=True))
         yield self._chunk({}, done.finish_reason.value)
         if m.include_usage:
             yield sse.event(
                 responses.usage_chunk("chat.completion.chunk", m.response_id, m.created, m.model, self._usage)
             )
 
-    def _chunk(self, delta: dict[str, str], finish_reason: str | None = None) -> bytes:
+    def _chunk(self, delta: dict[str, str], finish_reason: str | None = None, logprobs: bool = False) -> bytes:
         m = self.meta
-        return sse.event(
-            responses.chat_chunk(m.response_id, m.created, m.model, delta, finish_reason, m.include_usage)
-        )
+        entries = self._delta.logprobs if logprobs and m.logprobs and self._delta is not None else None
+        return sse.event(responses.chat_chunk(
+            m.response_id, m.created, m.model, delta, finish_reason, m.include_usage, choice_logprobs(entries)
+        ))
 
 
 class CompletionStream(SSEStream):

@@ -3,7 +3,7 @@
 Pure: no sockets, no Falcon. Rules, following the OpenAI API:
 
 - Unknown fields are ignored, as OpenAI does. Known fields that would change the
-  answer and are not supported (``n`` != 1, logprobs, tools,
+  answer and are not supported (``n`` != 1, tools, logprobs on completions,
   ``best_of`` > 1, ``suffix``, ``echo`` on chat) are a 400 naming the field, never
   silently dropped. ``response_format`` becomes a grammar (gateway.structured); a
   schema that cannot be enforced exactly is a 400 naming its part.
@@ -31,6 +31,7 @@ from typing import Any, Final, TypeVar
 
 from reame.gateway.auth import MAX_CACHE_SALT
 from reame.gateway.errors import APIError, invalid
+from reame.gateway.logprobs import chat_logprobs
 from reame.gateway.structured import response_grammar
 from reame.shared.config import SamplingConfig
 from reame.shared.modes import CompressMode, SpeculativeMode, choices
@@ -73,6 +74,7 @@ class ChatRequest:
     include_usage: bool = False
     options: Options = DEFAULT_OPTIONS
     grammar: str | None = None  # GBNF from response_format (gateway.structured)
+    logprobs: int | None = None  # None: none; k: each token's and the top k (gateway.logprobs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,9 +100,7 @@ def parse_chat(body: object, defaults: SamplingConfig, max_messages: int = MAX_M
     """Validate a /v1/chat/completions body."""
     fields = _object(body)
     options = _check_common(fields)
-    if fields.get("logprobs") is not None and fields.get("logprobs") is not False:
-        raise _unsupported("logprobs", "logprobs are not supported")
-    _absent(fields, "top_logprobs", "logprobs are not supported")
+    logprobs = chat_logprobs(fields)
     _absent(fields, "echo", "echo is not supported on chat completions")
     for name in ("tools", "functions"):
         if fields.get(name) not in (None, []):
@@ -116,7 +116,7 @@ def parse_chat(body: object, defaults: SamplingConfig, max_messages: int = MAX_M
         stream=stream,
         include_usage=include_usage,
         options=options,
-        grammar=grammar,
+        grammar=grammar, logprobs=logprobs,
     )
 
 

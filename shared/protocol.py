@@ -176,15 +176,28 @@ class Generate(_Struct, frozen=True):
     speculative: SpeculativeMode | None = None
     cache_scope: str = ""
     grammar: str | None = None  # GBNF (root rule "root") every reply must follow: response_format
+    logprobs: int | None = None  # None: no logprobs; k: each token's and the k most likely tokens'
+
+
+class TokenLogprob(_Struct, frozen=True):
+    """One generated token's log-probability under the model, and the ``top`` most likely tokens'."""
+
+    piece: bytes  # the token's bytes (a piece may be part of a UTF-8 character)
+    logprob: float
+    top: list[tuple[bytes, float]] = msgspec.field(default_factory=list)
 
 
 class Delta(_Struct, frozen=True):
-    """New output text; ``tokens`` is how many tokens produced it."""
+    """New output text; ``tokens`` is how many tokens produced it.
+
+    ``logprobs`` has one entry per token when the request asked for them (Generate.logprobs).
+    """
 
     KIND: ClassVar[Kind] = Kind.DELTA
     request_id: str
     text: str
     tokens: int
+    logprobs: list[TokenLogprob] = msgspec.field(default_factory=list)
 
 
 class Done(_Struct, frozen=True):

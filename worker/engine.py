@@ -31,6 +31,7 @@ from reame.shared.protocol import (
 from reame.worker.chat_template import ChatTemplate, ChatTemplateError
 from reame.worker.grammar import GrammarError, compile_grammar
 from reame.worker.kv import KvCache, prefill_chunks
+from reame.worker.logprobs import Recorder
 from reame.worker.model import DecodeError, Model
 from reame.worker.output import Output
 from reame.worker.prefix_cache import PrefixCache
@@ -157,12 +158,18 @@ class Engine:
         mode = self._mode(request)
         prompt, what, stops = self._prompt(request, cancel)
         budget = self._budget(len(prompt), request.sampling.max_tokens, what)
-        out = Output(rid, budget, TextStream(stops), self.model.piece, self.model.is_eog, send)
+        recorder = None if request.logprobs is None else Recorder(request.logprobs, self.model.piece)
+        out = Output(
+            rid, budget, TextStream(stops), self.model.piece, self.model.is_eog, send,
+            None if recorder is None else recorder.last,
+        )
         if mode == SpeculativeMode.OFF or self.speculation is None:
-            reused, prefilled = self._plain(request, prompt, out, cancel)
+            reused, prefilled = self._plain(request, prompt, out, cancel, recorder)
             tally = Tally()
         else:
-            reused, prefilled, tally = self._speculative(self.speculation, mode, request, prompt, out, cancel)
+            reused, prefilled, tally = self._speculative(
+                self.speculation, mode, request, prompt, out, cancel, recorder
+            )
         finished = time.perf_counter()
         done = Done(
             request_id=rid,
@@ -179,11 +186,12 @@ class Engine:
         return done, prompt
 
     def _plain(
-        self, request: Generate, prompt: list[int], out: Output, cancel: threading.Event
+        self, request: Generate, prompt: list[int], out: Output, cancel: threading.Event,
+        recorder: Recorder | None = None,
     ) -> tuple[Reused, float]:
         """Prefill, then sample and evaluate one token at a time; return what was reused, and the prefill end."""
-        if request.grammar is not None:
-            return self._constrained(request, prompt, out, cancel)
+        if request.grammar is not None or recorder is not None:
+            return self._constrained(request, prompt, out, cancel, recorder)
         sampler = self._sampler(Sampler, request)
         try:
             reused = self._prefill(prompt, request, cancel)
@@ -200,13 +208,15 @@ class Engine:
         return reused, prefilled
 
     def _constrained(
-        self, request: Generate, prompt: list[int], out: Output, cancel: threading.Event
+        self, request: Generate, prompt: list[int], out: Output, cancel: threading.Event,
+        recorder: Recorder | None,
     ) -> tuple[Reused, float]:
-        """Decode one token at a time under the request's grammar (worker.speculative.chooser applies it)."""
-        chooser = self._chooser(request)
+        """Decode one token at a time from the logits rows: under a grammar, or recording logprobs."""
+        target = self._chooser(request)
+        chooser = target if recorder is None else recorder.wrap(target)
         try:
             reused = self._prefill(prompt, request, cancel)
-            chooser.feed_prompt(prompt)
+            target.feed_prompt(prompt)
             prefilled = time.perf_counter()
             while not out.ended:
                 token = chooser.choose(self.kv.logits(-1))
@@ -215,12 +225,12 @@ class Engine:
                     self.kv.append((token,), logits_last=True)
             out.close()
         finally:
-            chooser.close()
+            target.close()
         return reused, prefilled
 
     def _speculative(
         self, speculation: Speculation, mode: SpeculativeMode, request: Generate, prompt: list[int], out: Output,
-        cancel: threading.Event,
+        cancel: threading.Event, recorder: Recorder | None = None,
     ) -> tuple[Reused, float, Tally]:
         """Prefill, then decode with drafts (worker.speculative.loop); return what was reused, prefill end, tally."""
         chooser = self._chooser(request)
@@ -232,7 +242,8 @@ class Engine:
             drafter.begin(prompt, check)
             prefilled = time.perf_counter()
             controller = speculation.controller(mode)
-            tally = generate(self.kv, chooser, drafter, controller, out, check, self.model.n_batch)
+            choosing = chooser if recorder is None else recorder.wrap(chooser)
+            tally = generate(self.kv, choosing, drafter, controller, out, check, self.model.n_batch)
             out.close()
         finally:
             chooser.close()

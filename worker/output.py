@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from reame.shared.protocol import Delta, FinishReason, Message
+from reame.shared.protocol import Delta, FinishReason, Message, TokenLogprob
 from reame.worker.stops import TextStream
 
 
@@ -25,8 +25,12 @@ class Output:
         piece: Callable[[int], bytes],
         is_eog: Callable[[int], bool],
         send: Callable[[Message], None],
+        logprob: Callable[[], TokenLogprob | None] | None = None,
     ) -> None:
+        """``logprob`` returns the entry of the token being taken (worker.logprobs), if asked for."""
         self._request_id = request_id
+        self._logprob = logprob
+        self._logprobs: list[TokenLogprob] = []  # the entries of the pending tokens
         self._budget = budget
         self._stream = stream
         self._piece = piece
@@ -52,10 +56,11 @@ class Output:
             return False
         self.produced += 1
         self._pending += 1
+        if self._logprob is not None and (found := self._logprob()) is not None:
+            self._logprobs.append(found)
         text = self._stream.push(self._piece(token))
         if text:
-            self._send(Delta(self._request_id, text, self._pending))
-            self._pending = 0
+            self._emit(text)
         if self._stream.stopped:
             self.finish = FinishReason.STOP
             self.ended = True
@@ -68,4 +73,9 @@ class Output:
         self.ended = True
         tail = self._stream.finish()
         if tail:
-            self._send(Delta(self._request_id, tail, self._pending))
+            self._emit(tail)
+
+    def _emit(self, text: str) -> None:
+        self._send(Delta(self._request_id, text, self._pending, self._logprobs))
+        self._pending = 0
+        self._logprobs = []
