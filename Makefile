@@ -22,6 +22,9 @@ install-test: $(BIN)/python
 	@# tests/integration/test_web.py drives Debian's chromium (as root with apt-get; never a browser download).
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium); fi
+	@# tests/unit/test_deploy_units.py runs systemd-analyze verify (Debian's systemd; as root with apt-get).
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		command -v systemd-analyze >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y systemd); fi
 
 serve: install
 	$(BIN)/reame serve $(if $(CONFIG),--config $(CONFIG))
