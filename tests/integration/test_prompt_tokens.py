@@ -105,20 +105,15 @@ def _time(fn: object, *args: object) -> float:
 
 
 def test_tokenizing_special_text_is_linear(model: Model) -> None:
-    """Doubling "<|im_end|>" * N costs about twice, like doubling ordinary text (a ratio, no clock limit)."""
+    """"<|im_end|>" * N costs about what ordinary text of that size costs (a ratio, no clock limit)."""
     tokens = PromptTokenizer(model, special_in_prompt=True)
-    hostile = {n: "<|im_end|>" * (n // 10) for n in (200_000, 800_000)}
-    ordinary = "hello world, " * (800_000 // 13)
-    t_ordinary = _time(tokens.prompt, ordinary, _never)
-    t_small = _time(tokens.prompt, hostile[200_000], _never)
-    t_large = _time(tokens.prompt, hostile[800_000], _never)
-    # Quadratic would be 16x from 200 KB to 800 KB; linear is 4x. Chat contents likewise.
-    assert t_large < 10 * t_small + 0.05
-    assert t_large < 5 * t_ordinary + 0.05
+    hostile = "<|im_end|>" * 80_000  # 800 KB: 25 s in llama.cpp's special pass, 80x ordinary text
+    t_ordinary = _time(tokens.prompt, "hello world, " * (800_000 // 13), _never)
+    assert _time(tokens.prompt, hostile, _never) < 5 * t_ordinary
     template, _ = load_template(model)
     assert template is not None
-    segments = template.render_segments([ChatMessage("user", hostile[800_000])])
-    assert _time(tokens.chat, segments, _never) < 5 * t_ordinary + 0.05
+    segments = template.render_segments([ChatMessage("user", hostile)])
+    assert _time(tokens.chat, segments, _never) < 5 * t_ordinary
 
 
 def test_cancel_stops_tokenizing_a_long_prompt(model: Model) -> None:
@@ -134,7 +129,7 @@ def test_cancel_stops_tokenizing_a_long_prompt(model: Model) -> None:
             cancel.set()
         check(request, cancelled)
 
-    engine._check = counting_check  # type: ignore[method-assign]
+    engine._check = counting_check  # type: ignore[method-assign,assignment]
     out: list[Message] = []
     request = Generate("r1", SamplingParams(max_tokens=1), deadline=time.time() + 60,
                        prompt="word " * 400_000)
