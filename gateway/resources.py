@@ -40,7 +40,7 @@ class Settings:
         self.compressor = compressor or Compressor(config)
         self.max_body_bytes = config.server.max_body_bytes
         self.max_messages = config.server.max_messages
-        self.n_ctx = config.model.n_ctx  # 0: the model's own, unknown here (no early context check)
+        self.n_ctx = config.model.n_ctx  # 0: the model's own (gateway.tokenizer reads it from the GGUF)
         self.request_timeout = config.server.request_timeout
         self.sampling = config.sampling
         self.per_key_scope = auth.per_key_scope(config)
@@ -144,8 +144,9 @@ class _Generation:
         """Refuse what cannot fit the context, compress the prompt or messages as the request asks, send them."""
         compressor = self.settings.compressor
         texts = [prompt] if prompt is not None else [t for m in messages or [] for t in (m.content, m.name or "")]
+        n_ctx = self.settings.n_ctx or compressor.tokenizer.train_context() or 0
         bounds.check_fits(
-            bounds.text_bytes(texts), "prompt" if prompt is not None else "messages", self.settings.n_ctx,
+            bounds.text_bytes(texts), "prompt" if prompt is not None else "messages", n_ctx,
             None if warm else sampling.max_tokens, compressor.tokenizer.min_tokens,
         )
         if prompt is not None:

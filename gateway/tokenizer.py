@@ -49,6 +49,7 @@ class Tokenizer:
         self._model: Any = None
         self._failed = path is None
         self._max_token_bytes: int | None = None
+        self._train_context: int | None = None
 
     def count(self, text: str) -> int:
         """Return how many tokens ``text`` is (no BOS/EOS), or an estimate if there is no vocabulary."""
@@ -83,6 +84,14 @@ class Tokenizer:
         if self._max_token_bytes is None:
             self._max_token_bytes = _longest_token(vocab)
         return self._max_token_bytes
+
+    def train_context(self) -> int | None:
+        """Return the context the model was trained with (what model.n_ctx 0 means), from the GGUF metadata."""
+        if self._load() is None:
+            return None
+        if self._train_context is None:
+            self._train_context = _train_context(self._model)
+        return self._train_context or None
 
     def load(self) -> None:
         """Load the vocabulary now; raise TokenizerError if it cannot be (the CLI wants to know)."""
@@ -129,3 +138,19 @@ def _longest_token(vocab: Any) -> int:
         # A piece that does not fit says how long it is as a negative number.
         longest = max(longest, abs(piece), len(text))
     return longest
+
+
+def _train_context(model: Any) -> int:
+    """Read ``{architecture}.context_length`` (a vocabulary-only load has no hyperparameters); 0 if absent."""
+    import llama_cpp
+
+    buf = ctypes.create_string_buffer(256)
+    if llama_cpp.llama_model_meta_val_str(model, b"general.architecture", buf, len(buf)) < 0:
+        return 0
+    key = buf.value + b".context_length"
+    if llama_cpp.llama_model_meta_val_str(model, key, buf, len(buf)) < 0:
+        return 0
+    try:
+        return max(int(buf.value), 0)
+    except ValueError:
+        return 0

@@ -62,6 +62,16 @@ def test_the_vocabulary_counts_tokens_like_the_model(tokenizer: Tokenizer) -> No
     assert 0 < tokenizer.count(DOCUMENT) < len(DOCUMENT)
 
 
+def test_the_vocabulary_bounds_tokens_from_below(tokenizer: Tokenizer) -> None:
+    """gateway.bounds refuses on this bound: it must never exceed the real count."""
+    longest = tokenizer.max_token_bytes()
+    assert longest is not None and longest >= len("<|im_start|>")
+    for text in ("", "Hello world", DOCUMENT, " " * 5000, "-" * 5000, "東京 🚀 " * 300):
+        at_least = tokenizer.min_tokens(len(text.encode()))
+        assert at_least is not None and at_least <= tokenizer.count(text)
+    assert tokenizer.train_context() == 8192  # SmolLM2's, for model.n_ctx = 0
+
+
 def test_the_compressor_uses_the_configured_mode_unless_asked(tokenizer: Tokenizer) -> None:
     cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_COMPRESS_MODE": "off"})
     savings = Savings()
