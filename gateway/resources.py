@@ -13,6 +13,7 @@ import falcon
 from gunicorn.http.errors import ParseException
 
 from reame.gateway import auth, bounds, errors, responses, sse, validation
+from reame.gateway.choices import choice_usage, seeded
 from reame.gateway.client import Call, Dispatcher
 from reame.gateway.compression import Compressor
 from reame.gateway.errors import APIError, dispatcher_unavailable, invalid
@@ -195,13 +196,24 @@ class ChatCompletions(_Generation):
         if request.stream:
             start_stream(req, resp, ChatStream(call, first, meta, record))
             return
-        entries: list[protocol.TokenLogprob] | None = None if request.logprobs is None else []
-        with call:
-            text, done = collect(call, first, record, entries)
-        usage = Usage.from_done(done, call.saved_tokens)
-        send_json(resp, responses.chat_completion(
-            response_id, meta.created, s.model, text, done.finish_reason.value, usage, choice_logprobs(entries)
-        ))
+        body = responses.chat_completion(response_id, meta.created, s.model, "", "", Usage())
+        body["choices"], usage = [], Usage()
+        for index in range(request.n):  # n > 1: in turn, the later ones reusing the prompt's KV state
+            if index > 0:
+                call = self.open(
+                    req, f"{response_id}-{index}", seeded(request.sampling, index), messages=request.messages,
+                    options=request.options, grammar=request.grammar, logprobs=request.logprobs,
+                )
+                first = self.first(call, req)
+            entries: list[protocol.TokenLogprob] | None = None if request.logprobs is None else []
+            with call:
+                text, done = collect(call, first, record, entries)
+            usage += choice_usage(done, call.saved_tokens, index)
+            body["choices"].append(
+                responses.chat_choice(index, text, done.finish_reason.value, choice_logprobs(entries))
+            )
+        body["usage"] = usage.to_dict()
+        send_json(resp, body)
 
 
 class Completions(_Generation):

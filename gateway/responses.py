@@ -102,15 +102,18 @@ def chat_completion(
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "logprobs": logprobs,
-                "finish_reason": finish_reason,
-            }
-        ],
+        "choices": [chat_choice(0, content, finish_reason, logprobs)],
         "usage": usage.to_dict(),
+    }
+
+
+def chat_choice(index: int, content: str, finish_reason: str, logprobs: Json | None = None) -> Json:
+    """Return one choice of a ``chat.completion``."""
+    return {
+        "index": index,
+        "message": {"role": "assistant", "content": content},
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
     }
 
 

@@ -3,7 +3,7 @@
 Pure: no sockets, no Falcon. Rules, following the OpenAI API:
 
 - Unknown fields are ignored, as OpenAI does. Known fields that would change the
-  answer and are not supported (``n`` != 1, tools, logprobs on completions,
+  answer and are not supported (tools, ``n`` != 1 and logprobs on completions,
   ``best_of`` > 1, ``suffix``, ``echo`` on chat) are a 400 naming the field, never
   silently dropped. ``response_format`` becomes a grammar (gateway.structured); a
   schema that cannot be enforced exactly is a 400 naming its part.
@@ -30,6 +30,7 @@ import math
 from typing import Any, Final, TypeVar
 
 from reame.gateway.auth import MAX_CACHE_SALT
+from reame.gateway.choices import MAX_CHOICES, count_choices
 from reame.gateway.errors import APIError, invalid
 from reame.gateway.logprobs import chat_logprobs
 from reame.gateway.structured import response_grammar
@@ -75,6 +76,7 @@ class ChatRequest:
     options: Options = DEFAULT_OPTIONS
     grammar: str | None = None  # GBNF from response_format (gateway.structured)
     logprobs: int | None = None  # None: none; k: each token's and the top k (gateway.logprobs)
+    n: int = 1  # choices, generated in turn (gateway.choices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +101,7 @@ class WarmRequest:
 def parse_chat(body: object, defaults: SamplingConfig, max_messages: int = MAX_MESSAGES) -> ChatRequest:
     """Validate a /v1/chat/completions body."""
     fields = _object(body)
-    options = _check_common(fields)
+    options = _check_common(fields, MAX_CHOICES)
     logprobs = chat_logprobs(fields)
     _absent(fields, "echo", "echo is not supported on chat completions")
     for name in ("tools", "functions"):
@@ -116,7 +118,7 @@ def parse_chat(body: object, defaults: SamplingConfig, max_messages: int = MAX_M
         stream=stream,
         include_usage=include_usage,
         options=options,
-        grammar=grammar, logprobs=logprobs,
+        grammar=grammar, logprobs=logprobs, n=count_choices(fields, MAX_CHOICES),
     )
 
 
@@ -153,13 +155,11 @@ def parse_warm(body: object, max_messages: int = MAX_MESSAGES) -> WarmRequest:
     return WarmRequest(messages=_messages(messages, max_messages), options=options)
 
 
-def _check_common(fields: dict[str, Any]) -> Options:
+def _check_common(fields: dict[str, Any], max_n: int | None = None) -> Options:
     model = fields.get("model")
     if model is not None and not isinstance(model, str):
         raise invalid("model", "model must be a string", "invalid_type")
-    n = fields.get("n")
-    if n is not None and (isinstance(n, bool) or n != 1):
-        raise _unsupported("n", "only n 1 is supported")
+    count_choices(fields, 1 if max_n is None else max_n)
     return _options(fields, EXTENSION_KEYS)
 
 

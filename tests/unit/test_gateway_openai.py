@@ -67,7 +67,7 @@ def test_errors_become_the_clients_exceptions(client: Any) -> None:
     assert caught.value.response.headers["retry-after"] == RETRY_AFTER
     assert caught.value.code == "overloaded"
     with pytest.raises(openai.BadRequestError) as bad:
-        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], n=2)
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], n=9)
     assert bad.value.param == "n"
 
 
