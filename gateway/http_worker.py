@@ -27,6 +27,7 @@ import selectors
 import socket
 import threading
 import time
+import weakref
 from collections import Counter
 from functools import partial
 from typing import Any, Final
@@ -65,6 +66,10 @@ class ReadTimeout(http_errors.NoMoreData):  # type: ignore[misc]
     """
 
 
+# Sockets whose client stalled: gunicorn must not wait for the rest of their body too.
+_STALLED: Final[weakref.WeakSet[socket.socket]] = weakref.WeakSet()
+
+
 class _TimedSocket(socket.socket):
     """A client socket whose blocking mode is a timeout: gunicorn never waits for a client for ever.
 
@@ -100,6 +105,7 @@ class _TimedSocket(socket.socket):
             except (OSError, IndexError):
                 peer = "-"
             log.info("client %s sent nothing for %g s: connection closed", peer, self.gettimeout())
+            _STALLED.add(self)
             raise ReadTimeout(b"") from None
 
 
@@ -242,6 +248,12 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
         finally:
             if address:
                 self._leave(address)
+
+    def _keepalive_after(self, conn: TConn, keepalive: bool) -> bool:
+        # gunicorn drains an unread body for up to 5 s more; a stalled client gets no more time.
+        if conn.sock in _STALLED:
+            return False
+        return bool(super()._keepalive_after(conn, keepalive))
 
     def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: Exception) -> None:
         """Answer an error raised outside the app in OpenAI's JSON shape (gunicorn writes HTML)."""

@@ -59,6 +59,7 @@ def test_a_blocking_client_socket_waits_read_timeout_at_most(
     assert server.recv(100) == b"GET / HTTP/1.1\r\n"
     with pytest.raises(http_worker.ReadTimeout):  # gunicorn's NoMoreData: dropped quietly
         server.recv(100)
+    assert server in http_worker._STALLED  # no keep-alive drain: the client had its chance
     with pytest.raises(BlockingIOError):  # a peek for a hang-up does not wait for the timeout
         server.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     assert server.gettimeout() == 0.05
