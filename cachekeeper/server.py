@@ -54,6 +54,8 @@ class Counters:
     bytes_read: int = 0
     bytes_written: int = 0
     lookup_waits: int = 0
+    save_seconds: float = 0.0  # compressing and writing entries (the writer thread)
+    restore_seconds: float = 0.0  # from each hit to the last chunk of its entry sent
 
 
 @dataclasses.dataclass
@@ -63,6 +65,7 @@ class _Transfer:
     handle: ReadHandle
     chunks: Iterator[bytes]
     sent: int = 0
+    started: float = dataclasses.field(default_factory=time.monotonic)
 
 
 def check_lookup(lookup: p.CacheLookup) -> bytes | str:
@@ -226,6 +229,8 @@ class Keeper:
             self.counters.bytes_read += len(chunk)
             last = transfer.sent >= payload_len
             self._send(transfer.identity, p.CacheChunk(transfer.request_id, chunk, last))
+            if last:
+                self.counters.restore_seconds += time.monotonic() - transfer.started
             if last or not chunk:
                 self._finish(transfer)
 
@@ -297,6 +302,7 @@ class Keeper:
             if isinstance(result, w.PutResult):
                 self._puts.written()
                 self.counters.bytes_written += result.bytes_written
+                self.counters.save_seconds += result.seconds
                 self._send(result.identity, p.CacheStored(result.request_id, result.stored, result.reason))
                 # Committed (or refused) before these answers: a hit on the new entry if it was stored.
                 self._put_ended((result.identity, result.request_id))
@@ -324,7 +330,7 @@ class Keeper:
         return p.CacheReport(
             request_id, stats.entries, stats.bytes, stats.max_bytes, stats.hits, stats.misses, stats.evictions,
             stats.corrupt, self.counters.bytes_read, self.counters.bytes_written, removed,
-            self.counters.lookup_waits,
+            self.counters.lookup_waits, self.counters.save_seconds, self.counters.restore_seconds,
         )
 
     def _send(self, identity: bytes, message: p.Message) -> None:

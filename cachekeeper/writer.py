@@ -52,6 +52,7 @@ class PutResult:
     stored: bool
     reason: str
     bytes_written: int
+    seconds: float = 0.0  # compressing and writing, for reame_cache_save_seconds_total
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -127,8 +128,10 @@ class Writer:
                 os.write(self._wake_w, b"\0")
 
     def _put(self, job: FinishedPut) -> PutResult:
+        started = time.monotonic()
+
         def result(stored: bool, reason: str = "", written: int = 0) -> PutResult:
-            return PutResult(job.identity, job.request_id, stored, reason, written)
+            return PutResult(job.identity, job.request_id, stored, reason, written, time.monotonic() - started)
 
         # Two workers may have sent the same prefix at once: the second costs no compression.
         if self._store.contains(entry_key(job.fingerprint, job.tokens)):

@@ -205,3 +205,7 @@ class PeerCollector(Collector):
         yield self._counter("reame_cache_corrupt_entries", "Corrupt entries found and dropped.", report.corrupt)
         yield self._counter("reame_cache_read_bytes", "Bytes read from the store.", report.bytes_read)
         yield self._counter("reame_cache_written_bytes", "Bytes written to the store.", report.bytes_written)
+        yield self._counter("reame_cache_save_seconds", "Time spent compressing and writing entries.",
+                            report.save_seconds)
+        yield self._counter("reame_cache_restore_seconds", "Time from each hit to its entry's last chunk sent.",
+                            report.restore_seconds)

@@ -366,6 +366,8 @@ class CacheReport(_Struct, frozen=True):
     bytes_written: int
     removed: list[str] = msgspec.field(default_factory=list)
     lookup_waits: int = 0  # lookups that waited for a save under way instead of missing
+    save_seconds: float = 0.0  # spent compressing and writing stored entries
+    restore_seconds: float = 0.0  # from a hit to the last chunk of its entry sent
 
 
 Message = (

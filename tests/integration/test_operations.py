@@ -65,7 +65,7 @@ def chat(server: Server, content: str, max_tokens: int = 8) -> None:
 def test_metric_families_move_across_both_gateway_processes(served: Server) -> None:
     before = scrape(served)
     assert before["reame_dispatcher_up{}"] == 1.0 and before["reame_workers{}"] == 2.0
-    assert before["reame_cache_up{}"] == 1.0
+    assert before["reame_cache_up{}"] == 1.0 and "reame_cache_save_seconds_total{}" in before
     for i in range(6):
         chat(served, f"Say the number {i}.")
     # Each scrape is served by whichever gunicorn process accepts it: every one must count all six.

@@ -163,6 +163,7 @@ def test_a_stored_state_is_found_by_a_longer_prompt(running: Running, tmp_path: 
     assert (report.entries, report.hits, report.misses) == (1, 1, 2)
     assert report.bytes_read == header.payload_len
     assert report.bytes_written == report.bytes == header.file_size
+    assert report.save_seconds > 0 and report.restore_seconds > 0  # for /metrics; how long is not tested
 
 
 def test_the_same_prefix_is_stored_once(running: Running) -> None:
