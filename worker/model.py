@@ -209,9 +209,14 @@ class Model:
                 raise ModelError(f"tokenizing {len(data)} bytes failed ({n})")
         return list(tokens[:n])
 
-    def special_tokens(self) -> dict[str, int]:
-        """Return the text -> id of every token llama.cpp reads as special in a text (control, user-defined)."""
-        special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+    def special_tokens(self, user_defined_only: bool = False) -> dict[str, int]:
+        """Return the text -> id of every token llama.cpp reads as special in a text (control, user-defined).
+
+        ``user_defined_only``: those it reads even with ``parse_special`` off (added words, not markup).
+        """
+        special = llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+        if not user_defined_only:  # what llama.cpp's parse_special adds (its cache_special_tokens)
+            special |= llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
         found: dict[str, int] = {}
         for token in range(self.n_vocab):
             if llama_cpp.llama_vocab_get_attr(self._vocab, token) & special:

@@ -39,7 +39,7 @@ class Vocabulary(Protocol):
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool = False) -> list[int]: ...
 
-    def special_tokens(self) -> dict[str, int]: ...
+    def special_tokens(self, user_defined_only: bool = False) -> dict[str, int]: ...
 
     def framing(self) -> tuple[list[int], list[int]]: ...
 
@@ -62,6 +62,9 @@ class PromptTokenizer:
     def __init__(self, vocab: Vocabulary, special_in_prompt: bool) -> None:
         self._vocab = vocab
         self._splitter = SpecialSplitter(vocab.special_tokens())
+        # llama.cpp reads user-defined tokens (added words) even in plain text, with the
+        # same quadratic pass: they are split off here too, which changes no id.
+        self._added = SpecialSplitter(vocab.special_tokens(user_defined_only=True))
         self._special_in_prompt = special_in_prompt
 
     def chat(self, segments: Segments, check: Callable[[], None]) -> list[int]:
@@ -93,12 +96,16 @@ class PromptTokenizer:
 
     def _plain(self, text: str, check: Callable[[], None]) -> list[int]:
         """Tokenize text with no special tokens in it, checking ``check`` between chunks."""
-        if not self._vocab.byte_level:
-            # Other vocabularies may join text across a space: one call, checked before it.
-            check()
-            return self._vocab.tokenize(text, add_special=False)
         tokens: list[int] = []
-        for piece in chunks(text):
-            check()
-            tokens += self._vocab.tokenize(piece, add_special=False)
+        for part in self._added.split(text):
+            if isinstance(part, int):
+                tokens.append(part)
+            elif not self._vocab.byte_level:
+                # Other vocabularies may join text across a space: one call, checked before it.
+                check()
+                tokens += self._vocab.tokenize(part, add_special=False)
+            else:
+                for piece in chunks(part):
+                    check()
+                    tokens += self._vocab.tokenize(piece, add_special=False)
         return tokens
