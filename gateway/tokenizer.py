@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from reame.gateway.compress import approximate_tokens
+from reame.shared.token_text import SpecialSplitter, chunks
 
 log = logging.getLogger(__name__)
 
@@ -50,22 +51,24 @@ class Tokenizer:
         self._failed = path is None
         self._max_token_bytes: int | None = None
         self._train_context: int | None = None
+        self._added: SpecialSplitter | None = None
 
     def count(self, text: str) -> int:
-        """Return how many tokens ``text`` is (no BOS/EOS), or an estimate if there is no vocabulary."""
+        """Return how many tokens ``text`` is (no BOS/EOS), or an estimate if there is no vocabulary.
+
+        As the worker tokenizes clients' text (worker.prompt_tokens): user-defined
+        tokens split off first, the rest in chunks, so llama.cpp's quadratic
+        special-token pass never sees a long text.
+        """
         vocab = self._load()
         if vocab is None:
             return approximate_tokens(text)
-        import llama_cpp
-
-        data = text.encode("utf-8")
-        capacity = len(data) + 8  # a token covers at least one byte
-        tokens = (llama_cpp.llama_token * capacity)()
-        n: int = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, capacity, False, False)
-        if n < 0:  # never for byte-level vocabularies; kept for safety
-            tokens = (llama_cpp.llama_token * -n)()
-            n = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, -n, False, False)
-        return max(n, 0)
+        if self._added is None:
+            self._added = SpecialSplitter(_user_defined(vocab))
+        total = 0
+        for part in self._added.split(text):
+            total += 1 if isinstance(part, int) else sum(_count(vocab, piece) for piece in chunks(part))
+        return total
 
     def min_tokens(self, n_bytes: int) -> int | None:
         """Return a number of tokens that ``n_bytes`` of UTF-8 text certainly reaches (None: no vocabulary).
@@ -154,3 +157,28 @@ def _train_context(model: Any) -> int:
         return max(int(buf.value), 0)
     except ValueError:
         return 0
+
+
+def _count(vocab: Any, text: str) -> int:
+    import llama_cpp
+
+    data = text.encode("utf-8")
+    capacity = len(data) + 8  # a token covers at least one byte
+    tokens = (llama_cpp.llama_token * capacity)()
+    n: int = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, capacity, False, False)
+    if n < 0:  # never for byte-level vocabularies; kept for safety
+        tokens = (llama_cpp.llama_token * -n)()
+        n = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, -n, False, False)
+    return max(n, 0)
+
+
+def _user_defined(vocab: Any) -> dict[str, int]:
+    """Return the user-defined tokens (read by llama.cpp even in plain text), text -> id."""
+    import llama_cpp
+
+    found: dict[str, int] = {}
+    for token in range(llama_cpp.llama_vocab_n_tokens(vocab)):
+        if llama_cpp.llama_vocab_get_attr(vocab, token) & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED:
+            text = (llama_cpp.llama_vocab_get_text(vocab, token) or b"").decode("utf-8", "replace")
+            found.setdefault(text, token)
+    return found

@@ -195,7 +195,7 @@ class Model:
         """Return the tokens of ``text``; special-token text (``<|im_start|>``) is read as such only if asked.
 
         Parsing specials is quadratic in llama.cpp on text full of them: callers with
-        untrusted text split it with worker.special_tokens instead (worker.prompt_tokens).
+        untrusted text split it with shared.token_text instead (worker.prompt_tokens).
         """
         data = text.encode("utf-8")
         capacity = len(data) + 8  # a token covers at least one byte, plus BOS/EOS

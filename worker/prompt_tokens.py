@@ -7,7 +7,7 @@ tokens of that text, so no one can forge a turn from inside a message. A raw
 completions prompt is read with its special tokens when ``model.special_tokens_in_prompt``
 is on (people send pre-templated prompts there), as plain text otherwise.
 
-Special-token text is found with worker.special_tokens (linear), and the plain runs
+Special-token text is found with shared.token_text (linear), and the plain runs
 between special tokens are tokenized with llama.cpp's ``parse_special`` off (linear
 too); that is what llama.cpp does inside one call, so for text without forged
 special tokens the ids are the same as tokenizing the whole prompt at once. Long
@@ -18,17 +18,11 @@ chunks, so a cancelled request or a passed deadline stops tokenizing too.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator
-from typing import Final, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
+from reame.shared.token_text import SpecialSplitter, chunks
 from reame.worker.chat_template import Segments
-from reame.worker.special_tokens import SpecialSplitter
-
-CHUNK_CHARS: Final = 1 << 16
-# The pre-tokenizers of byte-level BPE vocabularies (GPT-2, Llama 3, Qwen, SmolLM...)
-# all start a new piece at " word" after a letter, so no token spans this cut.
-_CUT: Final = re.compile(r"(?<=[A-Za-z]) (?=[A-Za-z])")
 
 
 class Vocabulary(Protocol):
@@ -42,18 +36,6 @@ class Vocabulary(Protocol):
     def special_tokens(self, user_defined_only: bool = False) -> dict[str, int]: ...
 
     def framing(self) -> tuple[list[int], list[int]]: ...
-
-
-def chunks(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
-    """Yield ``text`` in pieces of about ``size`` characters, cut only at :data:`_CUT` (linear)."""
-    start = 0
-    while len(text) - start > size:
-        cut = _CUT.search(text, start + size // 2)
-        if cut is None:
-            break
-        yield text[start:cut.start()]
-        start = cut.start()
-    yield text[start:]
 
 
 class PromptTokenizer:

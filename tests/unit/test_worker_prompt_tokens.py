@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
+from reame.shared.token_text import SpecialSplitter, chunks
 from reame.worker.chat_template import Segments
-from reame.worker.prompt_tokens import PromptTokenizer, chunks
-from reame.worker.special_tokens import SpecialSplitter
+from reame.worker.prompt_tokens import PromptTokenizer
 
 CONTROL = {"<|im_start|>": 1, "<|im_end|>": 2, "<|im": 3}
 ADDED = {"<tool>": 7}  # a user-defined token: llama.cpp reads it even in plain text

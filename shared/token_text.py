@@ -1,4 +1,4 @@
-"""Find special-token text (``<|im_end|>``) in a prompt in linear time.
+"""Split text for tokenizing, in linear time: at special-token text (``<|im_end|>``), and in chunks.
 
 llama.cpp's own special-token pass (``llama_tokenize`` with ``parse_special``)
 searches the rest of the whole text once per fragment and per special token, so a
@@ -9,7 +9,12 @@ per character and backtracks at most the longest special's length: O(length x
 longest special). At each position the longest special wins, and the scan goes on
 after it, as llama.cpp does for specials that do not overlap (all chat markup does).
 
-Pure: no llama.cpp here; the worker's model lists its special tokens.
+:func:`chunks` cuts a long text where a byte-level BPE pre-tokenizer cuts anyway
+(between a letter and a space followed by a letter), so it can be tokenized piece by
+piece, checking for cancel in between, with the same ids.
+
+Pure: no llama.cpp here; the worker's model and the gateway's vocabulary list the
+special tokens.
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from typing import Final
+
+CHUNK_CHARS: Final = 1 << 16
+# The pre-tokenizers of byte-level BPE vocabularies (GPT-2, Llama 3, Qwen, SmolLM...)
+# all start a new piece at " word" after a letter, so no token spans this cut.
+_CUT: Final = re.compile(r"(?<=[A-Za-z]) (?=[A-Za-z])")
 
 # A trie node: next character -> child; "" marks the end of a special text.
 _Trie = dict[str, "_Trie"]
@@ -65,3 +75,15 @@ class SpecialSplitter:
             start = match.end()
         if start < len(text):
             yield text[start:]
+
+
+def chunks(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
+    """Yield ``text`` in pieces of about ``size`` characters, cut only at :data:`_CUT` (linear)."""
+    start = 0
+    while len(text) - start > size:
+        cut = _CUT.search(text, start + size // 2)
+        if cut is None:
+            break
+        yield text[start:cut.start()]
+        start = cut.start()
+    yield text[start:]
