@@ -312,10 +312,9 @@ function statsText(stats) {
   if (stats.ttftMs !== undefined) parts.push(`first token ${seconds(stats.ttftMs)}`);
   if (stats.tokensPerSecond) parts.push(`${stats.tokensPerSecond.toFixed(1)} tokens/s`);
   if (stats.promptTokens !== undefined) {
-    parts.push(`${formatCount(stats.cachedTokens)} of ${formatCount(stats.promptTokens)} prompt tokens from the cache`);
+    parts.push(`${formatCount(stats.cachedTokens)} of ${formatCount(stats.promptTokens)} prompt tokens cached`);
     parts.push(`${formatCount(stats.savedTokens)} saved by compression`);
   }
-  if (stats.completionTokens !== undefined) parts.push(`${formatCount(stats.completionTokens)} tokens out`);
   if (stats.stopped) parts.push("stopped");
   return parts.join(" · ");
 }
@@ -328,12 +327,14 @@ function messageNode(message) {
   who.textContent = message.role === "user" ? "You" : "reame";
   const content = document.createElement("div");
   content.className = "content";
-  item.append(who, content);
+  item.append(who);
   if (message.role === "assistant") {
+    // Above the answer, with its room reserved: it fills in while the answer grows below it.
     const stats = document.createElement("p");
-    stats.className = "stats"; // always there, one line high: nothing moves when it fills in
+    stats.className = "stats";
     item.append(stats);
   }
+  item.append(content);
   fillMessage(item, message);
   return item;
 }
@@ -394,6 +395,7 @@ async function ask(question) {
   persist();
   renderConversations();
   ui.empty.hidden = true;
+  if (matchMedia("(max-width: 760px)").matches) ui.document.open = false; // room for the answers on a phone
   const userNode = messageNode(conversation.messages.at(-2));
   const node = messageNode(answer);
   node.classList.add("streaming");

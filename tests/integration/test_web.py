@@ -43,6 +43,18 @@ CRAFTED_REPLY = [f"Here is {ATTACK} and ", SCRIPT, " and **bold** and [a link](j
 END_TOKENS = (0, 1, 2)
 
 
+# Record every layout shift from now on, with the elements that moved.
+LAYOUT_SHIFTS = """() => {
+    window.__shifts = [];
+    new PerformanceObserver(list => {
+        for (const shift of list.getEntries()) {
+            const moved = shift.sources.map(s => s.node?.id || s.node?.className);
+            window.__shifts.push({ value: shift.value, moved });
+        }
+    }).observe({ type: "layout-shift" });
+}"""
+
+
 def chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
@@ -143,8 +155,11 @@ def test_a_document_then_two_questions_the_second_from_the_cache(page: Page, key
     assert page.inner_text("#document-status").startswith("In the cache:")
     assert page.get_attribute("#document-progress", "hidden") is not None
 
+    page.evaluate(LAYOUT_SHIFTS)
     first = ask(page, "How fast do forklifts go in aisle 3?", 1)
     second = ask(page, "When does the night shift check aisle 5?", 2)
+    # Nothing on the page moved while the answers streamed in (the Layout Instability API).
+    assert page.evaluate("() => window.__shifts") == []
     for answer in (first, second):
         assert answer["state"] == "done" and answer["text"].strip()
         assert int(answer["chunks"]) > 1  # it came in piece by piece, as streamed
@@ -276,6 +291,62 @@ def test_stop_ends_a_long_generation(page: Page, keyed: Server) -> None:
     # The server saw the client go and stopped decoding.
     wait_for(lambda: (keyed.ready() or {}).get("running") == 0, PATIENCE_S, what="the worker to stop decoding")
     wait_for(lambda: "POST /v1/chat/completions 499" in keyed.log(), PATIENCE_S, what="the cancellation's log line")
+
+
+def reply_with(page: Page, status: int, body: str, headers: dict[str, str] | None = None) -> None:
+    """Answer the page's chat requests with a canned response (no model involved)."""
+    page.route("**/v1/chat/completions", lambda route: route.fulfill(status=status, headers=headers, body=body))
+
+
+def sse(*pieces: str) -> str:
+    chunks = [{"choices": [{"index": 0, "delta": {"content": piece}}]} for piece in pieces]
+    return "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+
+
+def test_conversations_are_kept_renamed_exported_and_deleted(page: Page) -> None:
+    sign_in(page)
+    reply_with(page, 200, sse("Pallets ", "go ", "four high."), {"Content-Type": "text/event-stream"})
+    page.fill("#document-text", "Pallets are stacked four high.")
+    ask(page, "How high are pallets stacked?", 1)
+    title = "How high are pallets stacked?"
+    assert page.inner_text("#conversations .open") == title
+
+    page.click(f"button[aria-label='Rename “{title}”']")
+    page.keyboard.press("Control+A")
+    page.keyboard.type("Pallets")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#conversations .open:text-is('Pallets')")
+    assert page.evaluate("() => document.activeElement.textContent") == "Pallets"  # focus stays on it
+
+    with page.expect_download() as download:
+        page.click("button[aria-label='Export “Pallets” as JSON']")
+    exported = json.loads(Path(download.value.path()).read_text())
+    assert exported["title"] == "Pallets" and exported["document"]["text"] == "Pallets are stacked four high."
+    assert [m["content"] for m in exported["messages"]] == [title, "Pallets go four high."]
+
+    page.click("#new-conversation")
+    assert page.locator("#conversations li").count() == 2
+    assert page.inner_text("#conversations .open[aria-current=true]") == "New conversation"
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("button[aria-label='Delete “Pallets”']")
+    page.wait_for_selector("#conversations .open:text-is('Pallets')", state="detached")
+
+    page.reload()  # all of it lives in the browser
+    page.wait_for_selector("body[data-ready=true]")
+    assert page.locator("#conversations li").count() == 1
+    assert page.input_value("#api-key") == KEY
+
+
+def test_busy_and_unavailable_say_when_to_retry(page: Page) -> None:
+    sign_in(page)
+    for number, (status, code) in enumerate([(429, "queue_full"), (503, "no_workers")], start=1):
+        error = {"error": {"message": f"the server says {code}", "type": "x", "param": None, "code": code}}
+        page.unroute("**/v1/chat/completions")
+        reply_with(page, status, json.dumps(error), {"Content-Type": "application/json", "Retry-After": "7"})
+        answer = ask(page, f"Question {number}?", number)
+        assert answer["state"] == "error"
+        assert answer["text"].startswith(str(status)) and f"the server says {code}" in answer["text"]
+        assert "Retry after 7 s." in answer["text"]
 
 
 def test_a_wrong_key_shows_the_401_message(page: Page) -> None:
