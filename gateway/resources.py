@@ -23,6 +23,8 @@ from reame.gateway.logprobs import choice_logprobs
 from reame.gateway.requestlog import request_log
 from reame.gateway.responses import Choice, Usage
 from reame.gateway.streams import ChatStream, CompletionStream, Meta, SSEStream, collect, next_message
+from reame.gateway.tool_stream import ToolStream
+from reame.gateway.tools import as_tool_call, offer
 from reame.shared import protocol
 from reame.shared.config import Config
 from reame.shared.protocol import ChatMessage, SamplingParams
@@ -187,21 +189,24 @@ class ChatCompletions(_Generation):
         request = validation.parse_chat(read_json(req, s.max_body_bytes), s.sampling, s.max_messages)
         record = request_log(req)
         record.request_id = response_id = responses.new_id(responses.CHAT_ID_PREFIX)
+        messages = offer(request.messages, request.tools)  # the functions, in a system note
         call = self.open(
-            req, response_id, request.sampling, messages=request.messages, options=request.options,
+            req, response_id, request.sampling, messages=messages, options=request.options,
             grammar=request.grammar, logprobs=request.logprobs,
         )
         first = self.first(call, req)
         meta = Meta(response_id, int(time.time()), s.model, request.include_usage, request.logprobs is not None)
         if request.stream:
-            start_stream(req, resp, ChatStream(call, first, meta, record))
+            tools = request.tools
+            start_stream(req, resp, ChatStream(call, first, meta, record) if tools is None
+                         else ToolStream(call, first, meta, record, tools))
             return
         body = responses.chat_completion(response_id, meta.created, s.model, "", "", Usage())
         body["choices"], usage = [], Usage()
         for index in range(request.n):  # n > 1: in turn, the later ones reusing the prompt's KV state
             if index > 0:
                 call = self.open(
-                    req, f"{response_id}-{index}", seeded(request.sampling, index), messages=request.messages,
+                    req, f"{response_id}-{index}", seeded(request.sampling, index), messages=messages,
                     options=request.options, grammar=request.grammar, logprobs=request.logprobs,
                 )
                 first = self.first(call, req)
@@ -209,9 +214,8 @@ class ChatCompletions(_Generation):
             with call:
                 text, done = collect(call, first, record, entries)
             usage += choice_usage(done, call.saved_tokens, index)
-            body["choices"].append(
-                responses.chat_choice(index, text, done.finish_reason.value, choice_logprobs(entries))
-            )
+            choice = responses.chat_choice(index, text, done.finish_reason.value, choice_logprobs(entries))
+            body["choices"].append(as_tool_call(choice, text, request.tools, done.finish_reason == "stop"))
         body["usage"] = usage.to_dict()
         send_json(resp, body)
 

@@ -121,7 +121,7 @@ def chat_chunk(
     response_id: str,
     created: int,
     model: str,
-    delta: dict[str, str],
+    delta: dict[str, Any],
     finish_reason: str | None = None,
     include_usage: bool = False,
     logprobs: Json | None = None,

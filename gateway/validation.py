@@ -3,10 +3,10 @@
 Pure: no sockets, no Falcon. Rules, following the OpenAI API:
 
 - Unknown fields are ignored, as OpenAI does. Known fields that would change the
-  answer and are not supported (tools, ``n`` != 1 and logprobs on completions,
+  answer and are not supported (``n`` != 1 and logprobs on completions,
   ``best_of`` > 1, ``suffix``, ``echo`` on chat) are a 400 naming the field, never
-  silently dropped. ``response_format`` becomes a grammar (gateway.structured); a
-  schema that cannot be enforced exactly is a 400 naming its part.
+  silently dropped. ``response_format`` and ``tools`` become a grammar (gateway.structured,
+  gateway.tools); a schema that cannot be enforced exactly is a 400 naming its part.
 - ``null`` for an optional field means "absent" (the OpenAI schema marks them
   nullable and some clients send explicit nulls); ``null`` where a value is required
   (``messages``, ``prompt``, a message's ``role``...) is a 400.
@@ -34,6 +34,7 @@ from reame.gateway.choices import MAX_CHOICES, count_choices
 from reame.gateway.errors import APIError, invalid
 from reame.gateway.logprobs import chat_logprobs
 from reame.gateway.structured import response_grammar
+from reame.gateway.tools import Tools, flatten_history, parse_tools
 from reame.shared.config import SamplingConfig
 from reame.shared.modes import CompressMode, SpeculativeMode, choices
 from reame.shared.protocol import ChatMessage, SamplingParams
@@ -77,6 +78,7 @@ class ChatRequest:
     grammar: str | None = None  # GBNF from response_format (gateway.structured)
     logprobs: int | None = None  # None: none; k: each token's and the top k (gateway.logprobs)
     n: int = 1  # choices, generated in turn (gateway.choices)
+    tools: Tools | None = None  # functions the reply may call (gateway.tools)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,21 +106,16 @@ def parse_chat(body: object, defaults: SamplingConfig, max_messages: int = MAX_M
     options = _check_common(fields, MAX_CHOICES)
     logprobs = chat_logprobs(fields)
     _absent(fields, "echo", "echo is not supported on chat completions")
-    for name in ("tools", "functions"):
-        if fields.get(name) not in (None, []):
-            raise _unsupported(name, "tool and function calling are not supported")
-    for name in ("tool_choice", "function_call"):
-        if fields.get(name) not in (None, "none"):
-            raise _unsupported(name, f"only {name} 'none' is supported")
-    grammar = response_grammar(fields.get("response_format"))
+    tools = parse_tools(fields)
+    grammar = response_grammar(fields.get("response_format")) if tools is None else tools.grammar
     stream, include_usage = _stream(fields)
     return ChatRequest(
-        messages=_messages(fields.get("messages"), max_messages),
+        messages=_messages(flatten_history(fields.get("messages"), max_messages), max_messages),
         sampling=_sampling(fields, defaults.chat_max_tokens, defaults),
         stream=stream,
         include_usage=include_usage,
         options=options,
-        grammar=grammar, logprobs=logprobs, n=count_choices(fields, MAX_CHOICES),
+        grammar=grammar, logprobs=logprobs, n=count_choices(fields, MAX_CHOICES), tools=tools,
     )
 
 
@@ -227,8 +224,6 @@ def _message(value: object, where: str) -> ChatMessage:
         raise invalid(f"{where}.role", "role is required", "missing_required_parameter")
     if not isinstance(role, str) or role not in ROLES:
         raise invalid(f"{where}.role", "role must be one of " + ", ".join(sorted(ROLES)))
-    if fields.get("tool_calls") not in (None, []):
-        raise _unsupported(f"{where}.tool_calls", "tool calls are not supported")
     content = fields.get("content")
     if content is None:
         if role != "assistant":  # an assistant turn may be empty; every other needs text

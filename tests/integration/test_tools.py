@@ -1,0 +1,134 @@
+"""Tool calling through the whole stack, with the official openai client and the generic fallback.
+
+SmolLM2-135M cannot choose tools sensibly, so the tests force a call (tool_choice
+required or named): the grammar then guarantees a well-formed call of an offered
+function with arguments valid for its schema, which is what clients depend on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from tests.harness import Server
+
+pytestmark = pytest.mark.integration
+
+WEATHER: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {"hour_offset": {"type": "integer", "minimum": -12,
+                                                                        "maximum": 14}},
+                       "required": ["hour_offset"]},
+    },
+}
+ASK: Any = [{"role": "user", "content": "What is the weather like in Paris?"}]
+
+
+def check_weather_call(call: Any) -> dict[str, Any]:
+    assert call.id.startswith("call_") and len(call.id) > len("call_")
+    assert call.type == "function" and call.function.name == "get_weather"
+    arguments: dict[str, Any] = json.loads(call.function.arguments)
+    assert set(arguments) == {"city", "unit"} and arguments["unit"] in ("celsius", "fahrenheit")
+    return arguments
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_forced_call_is_a_valid_tool_call(server: Server, choice: Any) -> None:
+    tools = [WEATHER] if choice == "required" else [TIME, WEATHER]
+    reply = server.client().chat.completions.create(
+        model="any", messages=ASK, tools=tools, tool_choice=choice, max_tokens=60, temperature=0,
+    )
+    message = reply.choices[0].message
+    assert reply.choices[0].finish_reason == "tool_calls"
+    assert message.content is None and message.tool_calls is not None and len(message.tool_calls) == 1
+    check_weather_call(message.tool_calls[0])
+
+
+def test_required_picks_one_of_the_offered_functions(server: Server) -> None:
+    reply = server.client().chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "What time is it in Tokyo?"}], tools=[WEATHER, TIME],
+        tool_choice="required", max_tokens=60, temperature=0.8, seed=2,
+    )
+    (call,) = reply.choices[0].message.tool_calls or []
+    assert call.function.name in ("get_weather", "get_time")  # type: ignore[union-attr]
+    arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
+    if call.function.name == "get_time":  # type: ignore[union-attr]
+        assert -12 <= arguments["hour_offset"] <= 14
+
+
+def test_a_tool_result_round_trip_is_accepted(server: Server) -> None:
+    client = server.client()
+    first = client.chat.completions.create(
+        model="any", messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=60, temperature=0,
+    )
+    call = (first.choices[0].message.tool_calls or [])[0]
+    history: Any = [
+        *ASK,
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature": 18, "sky": "clear"})},
+    ]
+    final = client.chat.completions.create(
+        model="any", messages=history, tools=[WEATHER], tool_choice="none", max_tokens=30, temperature=0,
+    )
+    assert final.choices[0].message.content
+    assert final.choices[0].message.tool_calls is None
+
+
+def test_auto_answers_text_or_a_valid_call(server: Server) -> None:
+    reply = server.client().chat.completions.create(
+        model="any", messages=ASK, tools=[WEATHER], max_tokens=40, temperature=0,
+    )
+    choice = reply.choices[0]
+    if choice.message.tool_calls:
+        assert choice.finish_reason == "tool_calls"
+        check_weather_call(choice.message.tool_calls[0])
+    else:
+        assert choice.message.content and not choice.message.content.startswith("{")
+
+
+def test_streamed_tool_call_follows_openais_chunks(server: Server) -> None:
+    stream = server.client().chat.completions.create(
+        model="any", messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=60, temperature=0,
+        stream=True,
+    )
+    calls: dict[int, dict[str, str]] = {}
+    finish = None
+    for chunk in stream:
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            for delta in choice.delta.tool_calls or []:
+                entry = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                entry["id"] += delta.id or ""
+                if delta.function is not None:
+                    entry["name"] += delta.function.name or ""
+                    entry["arguments"] += delta.function.arguments or ""
+    assert finish == "tool_calls" and list(calls) == [0]
+    assert calls[0]["id"].startswith("call_") and calls[0]["name"] == "get_weather"
+    assert set(json.loads(calls[0]["arguments"])) == {"city", "unit"}
+
+
+def test_unenforceable_parameters_are_a_400_naming_them(server: Server) -> None:
+    bad: Any = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "format": "email"}}}}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().chat.completions.create(model="any", messages=ASK, tools=[bad], tool_choice="required")
+    body = caught.value.body
+    assert isinstance(body, dict) and body["param"] == "tools[0].function.parameters.properties.x.format"
