@@ -229,6 +229,11 @@ async function readDocument() {
     return;
   }
   if (busy) return;
+  if (settings.compress === "query") {
+    setDocumentStatus("Query compression keeps a different part of the document for each question, "
+      + "so it cannot be read ahead: it is read with each question.", "pending");
+    return;
+  }
   const key = warmKey(conversation);
   const controller = startBusy(true);
   const started = performance.now();
@@ -633,6 +638,10 @@ function closeMenu() {
 // ---- wiring ------------------------------------------------------------------------
 
 function wire() {
+  document.querySelector(".skip").addEventListener("click", (event) => {
+    event.preventDefault();
+    ui.question.focus();
+  });
   ui.composer.addEventListener("submit", (event) => {
     event.preventDefault();
     ask(ui.question.value);

@@ -337,6 +337,46 @@ def test_conversations_are_kept_renamed_exported_and_deleted(page: Page) -> None
     assert page.input_value("#api-key") == KEY
 
 
+def test_a_file_opened_or_dropped_becomes_the_document(page: Page) -> None:
+    sign_in(page)
+    notes = "# Notes\n\nThe loading dock opens at 06:00 and closes at 22:00.\n"
+    page.set_input_files("#file", files=[{"name": "notes.md", "mimeType": "text/markdown", "buffer": notes.encode()}])
+    page.wait_for_selector("#document-status[data-state=cached]")  # read at once (too short to store, held in memory)
+    assert page.input_value("#document-text") == notes
+    assert page.inner_text("#document-summary").startswith("notes.md")
+    assert page.inner_text("#conversations .open[aria-current=true]") == "notes.md"
+
+    page.click("#new-conversation")
+    page.evaluate("""(text) => {
+        const data = new DataTransfer();
+        data.items.add(new File([text], "dropped.txt", { type: "text/plain" }));
+        document.getElementById("drop").dispatchEvent(new DragEvent("drop", { dataTransfer: data, bubbles: true }));
+    }""", "Dropped text about forklifts.")
+    page.wait_for_selector("#document-status[data-state=cached]")
+    assert page.input_value("#document-text") == "Dropped text about forklifts."
+    assert page.inner_text("#conversations .open[aria-current=true]") == "dropped.txt"
+
+
+def test_the_keyboard_reaches_the_question_and_sends_it(page: Page) -> None:
+    sign_in(page)
+    reply_with(page, 200, sse("Yes."), {"Content-Type": "text/event-stream"})
+    page.reload()  # the key stays in localStorage; focus starts at the top of the page
+    page.wait_for_selector("body[data-ready=true]")
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.className") == "skip"  # the first stop: skip to the question
+    page.keyboard.press("Enter")
+    assert page.evaluate("() => document.activeElement.id") == "question"
+    page.keyboard.type("Is it?")
+    page.keyboard.press("Shift+Enter")  # a new line, not sent
+    page.keyboard.type("Really?")
+    assert page.input_value("#question") == "Is it?\nReally?" and page.locator("li.message").count() == 0
+    page.keyboard.press("Enter")
+    page.wait_for_selector("li.assistant[data-state=done]")
+    assert page.inner_text("li.user .content") == "Is it?\nReally?"
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.id") == "send"
+
+
 def test_busy_and_unavailable_say_when_to_retry(page: Page) -> None:
     sign_in(page)
     for number, (status, code) in enumerate([(429, "queue_full"), (503, "no_workers")], start=1):
