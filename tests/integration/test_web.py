@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, Playwright, Request, Route, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, Request, Route, sync_playwright
 
 from tests.harness import Server, start_server
 from tests.waiting import PATIENCE_S, wait_for
@@ -91,9 +91,15 @@ def open_page(browser: Browser, server: Server, **context: Any) -> Page:
     page.set_default_timeout(WAIT_MS)
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
+
+    def policy_violation(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            errors.append(message.text)
+
+    page.on("console", policy_violation)
     page.goto(f"http://127.0.0.1:{server.port}/")
     page.wait_for_selector("body[data-ready=true]")
-    assert not errors, errors
+    assert not errors, errors  # no script error, and the policy blocked nothing the page needs
     return page
 
 
