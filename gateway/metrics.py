@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -38,6 +39,7 @@ from prometheus_client.registry import Collector
 
 from reame.gateway.client import Dispatcher
 from reame.gateway.requestlog import RequestLog
+from reame.shared import protocol as p
 
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 # A scrape waits at most this long for each of the dispatcher and the cachekeeper.
@@ -157,8 +159,19 @@ class PeerCollector(Collector):
         self.dispatcher = dispatcher
 
     def collect(self) -> Iterator[Metric]:
+        # Both peers are asked at once: on a loaded machine each answer waits for a busy
+        # loop to come round, and a scrape should not wait for the two in turn.
+        reports: list[p.CacheReport | None] = []
+        asking = None
+        if self.dispatcher.cache.address is not None:
+            asking = threading.Thread(
+                target=lambda: reports.append(self.dispatcher.cache.report(PEER_TIMEOUT_S)), daemon=True
+            )
+            asking.start()
         yield from self._dispatcher()
-        yield from self._cache()
+        if asking is not None:
+            asking.join()
+            yield from self._cache(reports[0] if reports else None)
 
     def _gauge(self, name: str, help_text: str, value: float) -> GaugeMetricFamily:
         family = GaugeMetricFamily(name, help_text, labels=["model"])
@@ -189,10 +202,7 @@ class PeerCollector(Collector):
         yield self._counter("reame_affinity_waits", "Requests that waited for the worker holding their text.",
                             status.affinity_waits)
 
-    def _cache(self) -> Iterator[Metric]:
-        if self.dispatcher.cache.address is None:
-            return  # cache.enabled = false: nothing to report
-        report = self.dispatcher.cache.report(PEER_TIMEOUT_S)
+    def _cache(self, report: p.CacheReport | None) -> Iterator[Metric]:
         yield self._gauge("reame_cache_up", "1 if the cachekeeper answered this scrape.", float(report is not None))
         if report is None:
             return
@@ -209,3 +219,7 @@ class PeerCollector(Collector):
                             report.save_seconds)
         yield self._counter("reame_cache_restore_seconds", "Time from each hit to its entry's last chunk sent.",
                             report.restore_seconds)
+        yield self._gauge("reame_answer_cache_entries", "Answers in the answer cache.", report.answer_entries)
+        yield self._gauge("reame_answer_cache_bytes", "Bytes of the stored answers.", report.answer_bytes)
+        yield self._counter("reame_answer_cache_hits", "Requests answered from the answer cache.", report.answer_hits)
+        yield self._counter("reame_answer_cache_misses", "Answer lookups that found none.", report.answer_misses)
