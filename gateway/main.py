@@ -132,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BOOT_FAILURE
     try:
         # Before the fork: every gunicorn process's metrics go to files one scrape reads.
-        use_multiprocess(config.run_dir / "gateway-metrics")
+        # One directory per port: two gateways sharing a run_dir must not empty each other's.
+        use_multiprocess(config.run_dir / f"gateway-metrics-{config.server.port}")
     except OSError as err:
         log.error("cannot create the metrics directory in %s: %s", config.run_dir, err.strerror or err)
         return EXIT_BOOT_FAILURE
