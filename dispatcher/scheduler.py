@@ -284,7 +284,11 @@ class Scheduler:
     def purge_expired(self, now: float) -> list[Send]:
         """Remove silent workers, fail queued requests whose deadline passed, end waits that ran out."""
         sends: list[Send] = []
-        for worker in [w for w in self._workers.values() if w.expiry <= now]:
+        expired = [w for w in self._workers.values() if w.expiry <= now]
+        for worker in expired:
+            # None of them may take a request that another one's removal puts back in the queue.
+            self._idle.pop(worker.identity, None)
+        for worker in expired:
             sends += self._remove_worker(worker, now, f"silent for {self._ttl:g} s")
         for request_id in [r for r in self._queue if self._requests[r].generate.deadline <= now]:
             del self._queue[request_id]

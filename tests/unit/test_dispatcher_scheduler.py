@@ -307,6 +307,14 @@ def test_redispatch_happens_at_once_when_a_worker_is_idle(sched: Scheduler) -> N
     assert sched.purge_expired(T0 + TTL) == [to_worker(W2, gen("r1"))]
 
 
+def test_request_is_not_redispatched_to_a_worker_dying_in_the_same_tick(sched: Scheduler) -> None:
+    attach(sched, W1, W2)
+    sched.client_message(GW, gen("r1"), T0)  # W1; both fall silent (frozen, then killed)
+    assert sched.purge_expired(T0 + TTL) == []
+    assert counts(sched) == p.Status(workers=0, idle_workers=0, queued=1, running=0)
+    assert sched.worker_message(W1, ready(), T0 + TTL) == [to_worker(W1, gen("r1"))]  # its replacement
+
+
 def test_started_request_of_a_dead_worker_is_lost(sched: Scheduler) -> None:
     attach(sched, W1)
     attach(sched, W2, now=T0 + 1)
