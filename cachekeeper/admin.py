@@ -149,6 +149,8 @@ def render(outcome: Outcome, command: p.CacheCommand, config: Config) -> str:
         f"hits: {r.hits}, misses: {r.misses}, hit rate: " + ("-" if rate is None else f"{rate:.1f} %"),
         f"evictions: {r.evictions}, corrupt: {r.corrupt}, lookups that waited for a save: {r.lookup_waits}",
         f"read: {r.bytes_read / MB:.1f} MB, written: {r.bytes_written / MB:.1f} MB",
+        f"answers: {r.answer_entries} ({r.answer_bytes / MB:.1f} MB), hits: {r.answer_hits}, "
+        f"misses: {r.answer_misses}",
     ]
     if command is p.CacheCommand.VERIFY:
         if r.removed:

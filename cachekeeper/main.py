@@ -7,6 +7,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
+from reame.cachekeeper.answers import SUBDIR as ANSWERS_SUBDIR
+from reame.cachekeeper.answers import AnswerStore
 from reame.cachekeeper.server import Keeper
 from reame.cachekeeper.store import Store, StoreLocked
 from reame.shared.config import Config
@@ -34,6 +36,17 @@ def open_store(config: Config) -> Store:
         raise StoreUnavailable(f"cannot open the cache directory {directory}: {err}") from err
 
 
+def open_answers(config: Config) -> AnswerStore | None:
+    """Open the answer cache beside the KV store; None when it is off or unusable (answers are optional)."""
+    if not config.cache.answers:
+        return None
+    try:
+        return AnswerStore(config.cache_dir / ANSWERS_SUBDIR, config.cache.answers_max_size)
+    except OSError as err:
+        log.warning("serving without the answer cache: %s", err)
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the cachekeeper until SIGTERM/SIGINT; return the process exit code."""
     booted = boot(
@@ -54,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BOOT_FAILURE
     keeper = Keeper(
         store, config.cache_address, block_tokens=config.cache.block_tokens, level=config.cache.compression_level,
-        keys=keys,
+        keys=keys, answers=open_answers(config),
     )
     try:
         keeper.bind()

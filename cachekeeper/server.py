@@ -24,6 +24,7 @@ from typing import Final
 import zmq
 
 from reame.cachekeeper import writer as w
+from reame.cachekeeper.answers import AnswerStore, answer
 from reame.cachekeeper.pending import Parked, Pending, PutId
 from reame.cachekeeper.puts import Accepted, Failed, FinishedPut, PartialPuts, Progress, Reason
 from reame.cachekeeper.store import ReadHandle, Store
@@ -90,8 +91,10 @@ class Keeper:
     def __init__(
         self, store: Store, address: str, *, block_tokens: int, level: int,
         keys: endpoints.LinkKeys = endpoints.PLAIN, clock: Callable[[], float] = time.monotonic,
+        answers: AnswerStore | None = None,
     ) -> None:
         self._store = store
+        self._answers = answers  # None: cache.answers = false
         self._block_tokens = block_tokens
         self._address = address
         self._guard = endpoints.Guard(keys)  # CURVE when the address is tcp://
@@ -173,6 +176,11 @@ class Keeper:
             self.corrupt(message)
         elif isinstance(message, p.CacheAdmin):
             self.admin(identity, message)
+        elif isinstance(message, (p.AnswerLookup, p.AnswerPut)):
+            # Answers are a few KB: read and written here, between two chunks of a transfer.
+            reply = answer(self._answers, message)
+            if reply is not None:
+                self._send(identity, reply)
         else:
             log.warning("dropped a %s from %r: not a cachekeeper message", type(message).__name__, identity)
 
@@ -323,6 +331,8 @@ class Keeper:
         if admin.command is p.CacheCommand.STATS:
             self._send(identity, self.report(admin.request_id, []))
         else:
+            if admin.command is p.CacheCommand.PURGE and self._answers is not None:
+                self._answers.purge()
             self._writer.submit(w.AdminJob(identity, admin.request_id, admin.command))
 
     def report(self, request_id: str, removed: list[str]) -> p.CacheReport:
@@ -331,7 +341,14 @@ class Keeper:
             request_id, stats.entries, stats.bytes, stats.max_bytes, stats.hits, stats.misses, stats.evictions,
             stats.corrupt, self.counters.bytes_read, self.counters.bytes_written, removed,
             self.counters.lookup_waits, self.counters.save_seconds, self.counters.restore_seconds,
+            *self._answer_counts(),
         )
+
+    def _answer_counts(self) -> tuple[int, int, int, int]:
+        if self._answers is None:
+            return 0, 0, 0, 0
+        a = self._answers.stats()
+        return a.entries, a.bytes, a.hits, a.misses
 
     def _send(self, identity: bytes, message: p.Message) -> None:
         # ROUTER drops what it cannot route (a worker that is gone): never blocks here.

@@ -69,6 +69,11 @@ class Dispatcher:
             raise errors.dispatcher_unavailable(f"cannot reach the dispatcher: {err}") from err
         return Call(socket, request, self.liveness_s, abandoned)
 
+    @property
+    def context(self) -> zmq.Context[zmq.Socket[bytes]]:
+        """The process's ZeroMQ context, for other sockets to the same peers (gateway.answers)."""
+        return self._context
+
     def status(self, timeout_s: float) -> protocol.Status | None:
         """Ask for the dispatcher's status; None if it does not answer within ``timeout_s``."""
         socket = self._socket()
@@ -119,6 +124,8 @@ class Call:
         # Prompt tokens that compression saved before sending: reported as
         # usage.reame.uncompressed_prompt_tokens - prompt_tokens.
         self.saved_tokens = 0
+        # Sees each Delta and Done before it is returned, and may replace it (gateway.answers records them).
+        self.observer: Callable[[protocol.Delta | protocol.Done], protocol.Delta | protocol.Done] | None = None
         self._socket = socket
         self._liveness_s = liveness_s
         self._abandoned = abandoned
@@ -155,7 +162,7 @@ class Call:
                     raise errors.from_protocol(message)
                 else:
                     self.finished = isinstance(message, protocol.Done)
-                    return message
+                    return message if self.observer is None else self.observer(message)
             elif message is None or isinstance(message, protocol.Heartbeat):
                 pass  # either way the dispatcher is alive; poll again
             else:

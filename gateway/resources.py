@@ -13,6 +13,7 @@ import falcon
 from gunicorn.http.errors import ParseException
 
 from reame.gateway import auth, bounds, errors, responses, sse, validation
+from reame.gateway.answers import AnswerCache
 from reame.gateway.choices import choice_usage, seeded
 from reame.gateway.client import Call, Dispatcher
 from reame.gateway.compression import Compressor
@@ -48,6 +49,8 @@ class Settings:
         self.sampling = config.sampling
         self.per_key_scope = auth.per_key_scope(config)
         self.created = int(time.time())  # the model's "created": when this gateway started
+        self.config = config
+        self.answers: AnswerCache | None = None  # one per process, made with the first resource's dispatcher
 
 
 def read_json(req: falcon.Request, max_bytes: int) -> object:
@@ -130,6 +133,11 @@ class _Generation:
     def __init__(self, settings: Settings, dispatcher: Dispatcher) -> None:
         self.settings = settings
         self.dispatcher = dispatcher
+        if settings.answers is None:
+            settings.answers = AnswerCache(
+                settings.config, dispatcher.cache.address, dispatcher.context, dispatcher.keys
+            )
+        self.answers = settings.answers
 
     def open(
         self,
@@ -159,13 +167,14 @@ class _Generation:
         deadline = time.time() + self.settings.request_timeout
         tenant = tenant_of(req)
         key_scope = tenant.scope if tenant is not None and self.settings.per_key_scope else ""
-        call = self.dispatcher.open(
-            protocol.Generate(
-                request_id, sampling, deadline, prompt=compressed.prompt, messages=compressed.messages,
-                cache=options.cache, warm=warm, speculative=options.speculative,
-                cache_scope=auth.cache_scope(key_scope, options.cache_salt), grammar=grammar, logprobs=logprobs,
-            ),
-            disconnect_probe(req.env),
+        generate = protocol.Generate(
+            request_id, sampling, deadline, prompt=compressed.prompt, messages=compressed.messages,
+            cache=options.cache, warm=warm, speculative=options.speculative,
+            cache_scope=auth.cache_scope(key_scope, options.cache_salt), grammar=grammar, logprobs=logprobs,
+        )
+        # A stored answer replays without the dispatcher; else the reply is recorded for the next time.
+        call = self.answers.open(
+            generate, options.answer_cache, lambda: self.dispatcher.open(generate, disconnect_probe(req.env))
         )
         call.saved_tokens = compressed.saved_tokens
         request_log(req).compressed(options.compress or compressor.settings.mode, compressed.saved_tokens)

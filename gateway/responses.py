@@ -42,17 +42,22 @@ class Usage:
     uncompressed_prompt_tokens: int = 0
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
+    answer_cache: str = ""  # "hit", "miss", or "" when the answer cache was not consulted (gateway.answers)
 
     @classmethod
     def from_done(cls, done: Done, saved_tokens: int = 0) -> Usage:
         """Build the usage of one generation; ``saved_tokens`` is what the gateway's compression saved."""
         return cls(
             done.prompt_tokens, done.completion_tokens, done.cached_tokens, done.prompt_tokens + saved_tokens,
-            done.draft_tokens, done.accepted_draft_tokens,
+            done.draft_tokens, done.accepted_draft_tokens, done.answer_cache,
         )
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)))
+        counts = zip(dataclasses.astuple(self)[:-1], dataclasses.astuple(other)[:-1], strict=True)
+        # Several generations (n, prompts) are a hit only if every one that consulted the cache was.
+        answers = {self.answer_cache, other.answer_cache} - {""}
+        summed = Usage(*(a + b for a, b in counts))
+        return dataclasses.replace(summed, answer_cache=max(answers)) if answers else summed  # "miss" > "hit"
 
     def to_dict(self) -> Json:
         return {
@@ -64,6 +69,7 @@ class Usage:
                 "uncompressed_prompt_tokens": self.uncompressed_prompt_tokens,
                 "draft_tokens": self.draft_tokens,
                 "accepted_draft_tokens": self.accepted_draft_tokens,
+                **({"answer_cache": self.answer_cache} if self.answer_cache else {}),
             },
         }
 

@@ -51,7 +51,7 @@ MAX_INT32: Final = 2**31 - 1
 # msgpack carries signed and unsigned 64-bit integers, nothing wider.
 SEED_RANGE: Final = (-(2**63), 2**64 - 1)
 EXTENSION_FIELD: Final = "reame"
-EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"cache", "compress", "speculative", "cache_salt"})
+EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"cache", "compress", "speculative", "cache_salt", "answer_cache"})
 WARM_EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"compress", "cache_salt"})
 
 
@@ -63,6 +63,7 @@ class Options:
     compress: CompressMode | None = None  # None: the configured default
     speculative: SpeculativeMode | None = None  # None: the worker's default
     cache_salt: str | None = None  # narrows the KV cache scope (gateway.auth.cache_scope)
+    answer_cache: bool = True  # False: neither served from nor stored in the answer cache (gateway.answers)
 
 
 DEFAULT_OPTIONS: Final = Options()
@@ -174,7 +175,8 @@ def _options(fields: dict[str, Any], allowed: frozenset[str]) -> Options:
     salt = switches.get("cache_salt")
     if salt is not None and (not isinstance(salt, str) or not 1 <= len(salt) <= MAX_CACHE_SALT):
         raise invalid("reame.cache_salt", f"reame.cache_salt must be a string of 1 to {MAX_CACHE_SALT} characters")
-    return Options(True if cache is None else cache, compress, speculative, salt)
+    answer_cache = _boolean(switches, "answer_cache", f"{EXTENSION_FIELD}.answer_cache")
+    return Options(True if cache is None else cache, compress, speculative, salt, answer_cache is not False)
 
 
 _Mode = TypeVar("_Mode", bound=enum.StrEnum)

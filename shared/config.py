@@ -134,6 +134,8 @@ class CacheConfig:
     timeout: float = key(_float(0.01), "1.0")
     address: str = key(_address, "")
     scope: str = key(_choice("auto", "shared", "per_key"), "auto")
+    answers: bool = key(_bool, "true")  # the answer cache (gateway.answers, cachekeeper.answers)
+    answers_max_size: int = key(_size, "256MB")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,7 @@ Who sends what::
     worker   --CachePut + CacheChunk...-->  cachekeeper  --CacheStored-->  worker
     worker   --CacheCorrupt-->  cachekeeper
     cli      --CacheAdmin-->  cachekeeper  --CacheReport-->  cli
+    gateway  --AnswerLookup | AnswerPut-->  cachekeeper  --CacheMiss | AnswerFound-->  gateway
 
 Bad wire data becomes a :class:`ProtocolError` at the edge; the receiver logs it
 and drops the message, it never crashes on it.
@@ -70,6 +71,9 @@ class Kind(enum.IntEnum):
     CACHE_ADMIN = 18
     CACHE_REPORT = 19
     THREADS = 20
+    ANSWER_LOOKUP = 21
+    ANSWER_FOUND = 22
+    ANSWER_PUT = 23
 
 
 class ErrorCode(enum.StrEnum):
@@ -214,6 +218,7 @@ class Done(_Struct, frozen=True):
     draft_tokens: int = 0  # speculative tokens proposed
     accepted_draft_tokens: int = 0  # ...and accepted by the target model
     queue_ms: float = 0.0  # set by the dispatcher: time from its arrival to its (last) worker
+    answer_cache: str = ""  # set by the gateway (gateway.answers): "hit", "miss", or "" when not eligible
 
 
 class Error(_Struct, frozen=True):
@@ -368,12 +373,41 @@ class CacheReport(_Struct, frozen=True):
     lookup_waits: int = 0  # lookups that waited for a save under way instead of missing
     save_seconds: float = 0.0  # spent compressing and writing stored entries
     restore_seconds: float = 0.0  # from a hit to the last chunk of its entry sent
+    answer_entries: int = 0  # the answer cache (cachekeeper.answers): stored answers, their bytes, lookups
+    answer_bytes: int = 0
+    answer_hits: int = 0
+    answer_misses: int = 0
+
+
+class AnswerLookup(_Struct, frozen=True):
+    """Ask for the stored answer under ``key`` (gateway.answers); CacheMiss or AnswerFound."""
+
+    KIND: ClassVar[Kind] = Kind.ANSWER_LOOKUP
+    request_id: str
+    key: str
+
+
+class AnswerFound(_Struct, frozen=True):
+    """A stored answer: ``data`` is the msgpack list of the encoded Deltas and Done the worker sent."""
+
+    KIND: ClassVar[Kind] = Kind.ANSWER_FOUND
+    request_id: str
+    data: bytes
+
+
+class AnswerPut(_Struct, frozen=True):
+    """Store an answer (the same ``data`` as AnswerFound); not acknowledged: nobody waits for it."""
+
+    KIND: ClassVar[Kind] = Kind.ANSWER_PUT
+    request_id: str
+    key: str
+    data: bytes
 
 
 Message = (
     Ready | Heartbeat | Disconnect | Generate | Delta | Done | Error | Cancel | StatusQuery | Status
     | CacheLookup | CacheMiss | CacheHit | CacheChunk | CachePut | CacheStored | CacheCorrupt
-    | CacheAdmin | CacheReport | Threads
+    | CacheAdmin | CacheReport | Threads | AnswerLookup | AnswerFound | AnswerPut
 )
 
 _CLASSES: Final[dict[Kind, type[Any]]] = {

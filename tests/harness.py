@@ -175,6 +175,9 @@ def start_server(tmp: Path, workers: int = 2, **overrides: str) -> Server:
         REAME_WORKERS_THREADS="1",
         REAME_SERVER_GATEWAY_THREADS="16",
         REAME_CACHE_DIR=str(tmp / "cache"),
+        # Off unless a test asks for it: a repeated greedy request would otherwise be
+        # answered from the answer cache, and the tests of the worker path would not reach it.
+        REAME_CACHE_ANSWERS="false",
     )
     env.update({f"REAME_{key.upper()}": value for key, value in overrides.items()})
     tmp.mkdir(parents=True, exist_ok=True)

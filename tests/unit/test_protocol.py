@@ -51,6 +51,9 @@ MESSAGES: list[p.Message] = [
     p.CacheAdmin(request_id="a1", command=p.CacheCommand.VERIFY),
     p.CacheReport(request_id="a1", entries=3, bytes=10, max_bytes=20, hits=1, misses=2, evictions=0,
                   corrupt=1, bytes_read=5, bytes_written=6, removed=["ff" * 16]),
+    p.AnswerLookup(request_id="q1", key="ab" * 32),
+    p.AnswerFound(request_id="q1", data=b"\x92\xc4\x01a"),
+    p.AnswerPut(request_id="q2", key="ab" * 32, data=b"\x90"),
 ]
 
 

@@ -1,0 +1,256 @@
+"""The answer cache, gateway side: a deterministic request asked before is answered from the store.
+
+Why the gateway and not the worker or the dispatcher: a hit must never occupy a
+worker nor wait in the dispatcher's queue, and the gateway is where the request is
+complete (compressed, scoped, validated) and where its reply is read anyway. So
+before a Generate goes to the dispatcher, :meth:`AnswerCache.open` asks the
+cachekeeper (one AnswerLookup, a short timeout; silence is a miss); a hit becomes a
+:class:`ReplayCall` that hands the stored Deltas and Done to the very same
+response code (JSON body, SSE chunks, tool calls, logprobs), so a replay has the
+shape of the original. On a miss the real call records what the worker sends and,
+at its Done, sends the whole answer to the cachekeeper (AnswerPut, not awaited).
+
+Eligible: temperature 0, or a seed (any temperature), not a warm request, and
+neither ``reame.answer_cache`` nor ``reame.cache`` false. The key hashes the model
+(its fingerprint, computed as the worker computes it, and the configuration that
+can change the text: context, batch, KV type, speculative settings, threads), the
+cache scope (the API key's under ``per_key``, and the salt), the prompt or messages
+*after* compression (with the model and its chat template, that text determines the
+prompt tokens), the sampling parameters (seed, stop, max_tokens, logit_bias,
+penalties...), the grammar (response_format, tools) and logprobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import msgspec
+import zmq
+
+from reame.gateway.client import Call
+from reame.shared import endpoints, protocol
+from reame.shared.config import Config
+from reame.shared.protocol import Delta, Done, Generate, SamplingParams
+
+log = logging.getLogger(__name__)
+
+HIT: Final = "hit"
+MISS: Final = "miss"
+# How long a lookup may delay a request when the cachekeeper is slow: a hit answers
+# in a few milliseconds, and a miss still has a whole generation ahead of it.
+LOOKUP_TIMEOUT_S: Final = 0.25
+# A recorded answer may still be on its way when the call's socket closes.
+PUT_LINGER_MS: Final = 1000
+_PERSON: Final = b"reame-answer"
+
+Reply = list[Delta | Done]
+
+
+def eligible(request: Generate, answer_cache: bool = True) -> bool:
+    """Tell whether ``request``'s output is fully determined and may be cached."""
+    sampling = request.sampling
+    deterministic = sampling.temperature == 0 or sampling.seed is not None
+    return deterministic and answer_cache and request.cache and not request.warm
+
+
+def model_identity(config: Config) -> bytes:
+    """Hash what about the model and the configuration can change a reply's text.
+
+    Reads the model file as the worker's fingerprint does (a few MiB), so call it once.
+    """
+    # Imported here: they load llama.cpp, which the gateway needs only for this.
+    from reame.shared.model_file import model_path
+    from reame.worker.fingerprint import model_fingerprint
+    from reame.worker.model import needs_flash_attention
+
+    kv_type = config.memory.kv_type
+    flash = needs_flash_attention(kv_type)
+    h = hashlib.blake2b(digest_size=32, person=_PERSON)
+    h.update(model_fingerprint(model_path(config), kv_type, flash))
+    s = config.speculative
+    if s.draft_model_path:  # the draft model picks the draft lengths, which can tip a near tie
+        h.update(model_fingerprint(Path(s.draft_model_path).expanduser(), kv_type, flash))
+    m = config.model
+    settings = (m.n_ctx, m.n_batch, m.special_tokens_in_prompt, kv_type, config.workers.threads,
+                s.mode.value, s.draft_min, s.draft_max)
+    h.update(msgspec.msgpack.encode(settings))
+    return h.digest()
+
+
+def answer_key(identity: bytes, request: Generate) -> str:
+    """Return the answer key of an eligible request (64 hex digits)."""
+    # Through the builtins and back: a float field given as an int (temperature 0)
+    # becomes the float the same request sent as 0.0 has.
+    sampling = msgspec.convert(msgspec.to_builtins(request.sampling), SamplingParams)
+    fields = (
+        protocol.PROTOCOL_VERSION, identity, request.cache_scope, request.prompt, request.messages, sampling,
+        request.grammar, request.logprobs, None if request.speculative is None else request.speculative.value,
+    )
+    return hashlib.blake2b(msgspec.msgpack.encode(fields), digest_size=32, person=_PERSON).hexdigest()
+
+
+def encode_reply(reply: Reply) -> bytes:
+    """Return the stored form of a reply: the msgpack list of its encoded messages."""
+    return msgspec.msgpack.encode([protocol.encode(message) for message in reply])
+
+
+def decode_reply(data: bytes, request_id: str) -> Reply | None:
+    """Return a stored reply as ``request_id``'s messages, its Done marked a hit; None if unusable."""
+    try:
+        messages = [protocol.decode(item) for item in msgspec.msgpack.decode(data, type=list[bytes])]
+    except (msgspec.MsgspecError, protocol.ProtocolError) as err:
+        log.warning("ignoring a stored answer: %s", err)
+        return None
+    done = messages[-1] if messages else None
+    deltas = messages[:-1]
+    if not isinstance(done, Done) or not all(isinstance(d, Delta) for d in deltas):
+        log.warning("ignoring a stored answer: not Deltas then a Done")
+        return None
+    reply: Reply = [msgspec.structs.replace(d, request_id=request_id) for d in deltas if isinstance(d, Delta)]
+    # Nothing was read, queued or decoded for it: every prompt token came from the cache.
+    reply.append(msgspec.structs.replace(
+        done, request_id=request_id, cached_tokens=done.prompt_tokens, restored_tokens=0, prompt_ms=0.0,
+        generation_ms=0.0, queue_ms=0.0, draft_tokens=0, accepted_draft_tokens=0, answer_cache=HIT,
+    ))
+    return reply
+
+
+class ReplayCall(Call):
+    """A stored reply served as a Call: no socket, no worker, the same messages in the same order."""
+
+    def __init__(self, request: Generate, reply: Reply) -> None:  # no super(): there is no socket
+        self.request = request
+        self.finished = False
+        self.saved_tokens = 0
+        self.observer = None
+        self._reply = list(reply)
+
+    def next(self) -> Delta | Done:
+        if self.finished:
+            raise RuntimeError("next() on a finished call")
+        message = self._reply.pop(0)
+        self.finished = isinstance(message, Done)
+        return message
+
+    def close(self) -> None:
+        self.finished = True
+
+
+class AnswerCache:
+    """Look answers up at the cachekeeper and store new ones; one per gateway process."""
+
+    def __init__(
+        self, config: Config, address: str | None, context: zmq.Context[zmq.Socket[bytes]],
+        keys: endpoints.LinkKeys = endpoints.PLAIN, identity: Callable[[Config], bytes] = model_identity,
+    ) -> None:
+        # None: off (cache.answers or cache.enabled false, or no cachekeeper at all)
+        self.address = address if config.cache.answers else None
+        self._config = config
+        self._context = context
+        self._keys = keys
+        self._identity_of = identity
+        self._identity: bytes | None = None
+        self._lock = threading.Lock()
+        self.timeout_s = min(LOOKUP_TIMEOUT_S, config.cache.timeout)
+
+    def open(self, request: Generate, answer_cache: bool, dispatch: Callable[[], Call]) -> Call:
+        """Return a replay of the stored answer to ``request``, else ``dispatch()`` recording its answer."""
+        key = self.key(request, answer_cache)
+        if key is None:
+            return dispatch()
+        reply = self.lookup(key, request.request_id)
+        if reply is not None:
+            return ReplayCall(request, reply)
+        call = dispatch()
+        recorded: Reply = []
+
+        def record(message: Delta | Done) -> Delta | Done:
+            recorded.append(message)
+            if isinstance(message, Done):
+                self.save(key, recorded)
+                return msgspec.structs.replace(message, answer_cache=MISS)
+            return message
+
+        call.observer = record
+        return call
+
+    def key(self, request: Generate, answer_cache: bool = True) -> str | None:
+        """The request's answer key; None when the cache is off or the request not eligible."""
+        if self.address is None or not eligible(request, answer_cache):
+            return None
+        identity = self.identity()
+        return None if identity is None else answer_key(identity, request)
+
+    def identity(self) -> bytes | None:
+        with self._lock:
+            if self._identity is None and self.address is not None:
+                try:
+                    self._identity = self._identity_of(self._config)
+                except Exception as err:  # the model file went away, llama.cpp missing...
+                    log.warning("the answer cache is off: cannot fingerprint the model: %s", err)
+                    self.address = None
+            return self._identity
+
+    def lookup(self, key: str, request_id: str) -> Reply | None:
+        """Ask the cachekeeper for ``key``'s answer; None on a miss, a bad answer or silence."""
+        started = time.monotonic()
+        sock = self._socket()
+        if sock is None:
+            return None
+        try:
+            lookup_id = f"answer-{secrets.token_hex(4)}"
+            sock.send(protocol.encode(protocol.AnswerLookup(lookup_id, key)), zmq.NOBLOCK)
+            while (left := started + self.timeout_s - time.monotonic()) > 0 and sock.poll(max(1, int(left * 1000))):
+                try:
+                    message = protocol.decode(sock.recv(zmq.NOBLOCK))
+                except protocol.ProtocolError:
+                    continue
+                if isinstance(message, protocol.AnswerFound) and message.request_id == lookup_id:
+                    return decode_reply(message.data, request_id)
+                if isinstance(message, protocol.CacheMiss) and message.request_id == lookup_id:
+                    return None
+            log.debug("the answer lookup %s got no answer in %.2f s", key[:12], self.timeout_s)
+            return None
+        except zmq.ZMQError as err:
+            log.debug("the answer lookup %s failed: %s", key[:12], err)
+            return None
+        finally:
+            sock.close(linger=0)
+
+    def save(self, key: str, reply: Reply) -> None:
+        """Send a finished answer to the cachekeeper; nobody waits for it to be stored."""
+        sock = self._socket()
+        if sock is None:
+            return
+        try:
+            put = protocol.AnswerPut(f"answer-{secrets.token_hex(4)}", key, encode_reply(reply))
+            sock.send(protocol.encode(put), zmq.NOBLOCK)
+        except zmq.ZMQError as err:
+            log.debug("could not send the answer %s: %s", key[:12], err)
+        finally:
+            sock.close(linger=PUT_LINGER_MS)
+
+    def _socket(self) -> zmq.Socket[bytes] | None:
+        # A socket per question: request threads share nothing but the context.
+        if self.address is None:
+            return None
+        socket_file = endpoints.ipc_path(self.address)
+        if socket_file is not None and not socket_file.exists():
+            return None  # no cachekeeper listens: a miss without waiting
+        sock = self._context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            endpoints.secure_client(sock, self.address, self._keys)
+            sock.connect(self.address)
+        except zmq.ZMQError as err:
+            sock.close(linger=0)
+            log.debug("cannot reach the cachekeeper for answers: %s", err)
+            return None
+        return sock
