@@ -457,7 +457,7 @@ async function ask(question) {
       completionTokens: generated,
       tokensPerSecond: first !== null && generated > 1 && ended > first ? (generated - 1) / ((ended - first) / 1000) : 0,
     };
-    if (conversation.document.text) {
+    if (conversation.document.text && warmed?.key !== warmKey(conversation)) {
       const message = `In the cache, with the conversation so far: ${formatCount(usage.prompt_tokens)} tokens.`;
       warmed = { key: warmKey(conversation), message };
     }
