@@ -261,7 +261,7 @@ async function readDocument() {
     const how = reused * 2 >= tokens ? `${formatCount(reused)} of them were in the cache already` : `read in ${seconds(elapsed)}`;
     const message = answer.cached || reused > 0
       ? `In the cache: ${formatCount(tokens)} tokens, ${how}. Questions reuse it.`
-      : `Read: ${formatCount(tokens)} tokens, ${how}. Too short to store; the server keeps it in memory.`;
+      : `Read: ${formatCount(tokens)} tokens, ${how}. Held in memory, not stored (too short, or the cache is off).`;
     warmed = { key, message };
     ui.drop.dataset.cached = "true";
   } catch (error) {
