@@ -17,7 +17,8 @@ from typing import Final
 
 import zmq
 
-from reame.dispatcher.scheduler import Dest, Scheduler, Send
+from reame.dispatcher.scheduler import Scheduler
+from reame.dispatcher.state import Dest, Send
 from reame.shared import endpoints, protocol
 from reame.shared.lifecycle import StopFlag
 

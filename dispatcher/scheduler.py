@@ -32,15 +32,14 @@ heartbeats:
 from __future__ import annotations
 
 import collections
-import dataclasses
-import enum
 import logging
-from typing import Final, NamedTuple
+from typing import Final
 
 import msgspec
 
 from reame.dispatcher import affinity, threads
 from reame.dispatcher.placement import MIN_SHARE_CHARS, Placement
+from reame.dispatcher.state import Dest, Request, Send, Worker, error
 from reame.shared import protocol as p
 
 log = logging.getLogger(__name__)
@@ -49,53 +48,6 @@ log = logging.getLogger(__name__)
 # that kills every worker it reaches must not go round the pool forever.
 MAX_DISPATCHES: Final = 2
 
-
-class Dest(enum.Enum):
-    """Which socket a send goes out on."""
-
-    CLIENT = "client"  # the frontend: gateways
-    WORKER = "worker"  # the backend: workers
-
-
-class Send(NamedTuple):
-    dest: Dest
-    identity: bytes
-    message: p.Message
-
-
-@dataclasses.dataclass
-class _Worker:
-    identity: bytes
-    name: str  # for logs: "worker_id (pid N)"
-    expiry: float
-    request_id: str | None = None
-    threads: int = 1  # its own
-    host: str = ""
-    lent: int = 1  # the threads it was last told to use
-    served: int = 0  # requests it finished
-
-
-@dataclasses.dataclass
-class _Request:
-    generate: p.Generate
-    client: bytes
-    worker: bytes | None = None  # None while queued
-    started: bool = False  # a Delta reached the client
-    cancelled: bool = False  # the client asked; the worker has been told
-    dispatches: int = 0
-    chain: affinity.Chain = ()
-    prefer: bytes | None = None  # the busy worker it waits for while queued
-    prefer_until: float = 0.0
-    arrived: float = 0.0  # when the dispatcher received it
-    assigned_at: float = 0.0  # when it last went to a worker
-
-    @property
-    def request_id(self) -> str:
-        return self.generate.request_id
-
-
-def _error(client: bytes, request_id: str, code: p.ErrorCode, message: str) -> Send:
-    return Send(Dest.CLIENT, client, p.Error(request_id=request_id, code=code, message=message))
 
 
 class Scheduler:
@@ -114,9 +66,9 @@ class Scheduler:
         self._queue_size = queue_size
         self._interval = interval
         self._ttl = interval * liveness
-        self._workers: dict[bytes, _Worker] = {}
+        self._workers: dict[bytes, Worker] = {}
         self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()  # oldest first
-        self._requests: dict[str, _Request] = {}
+        self._requests: dict[str, Request] = {}
         self._queue: collections.OrderedDict[str, None] = collections.OrderedDict()  # FIFO
         self._heartbeat_at = now + interval
         self.placement = Placement()
@@ -172,7 +124,7 @@ class Scheduler:
             # The same identity announcing itself again has restarted: whatever
             # it was running is gone.
             sends += self._remove_worker(known, now, "announced itself again")
-        worker = _Worker(identity, f"{ready.worker_id} (pid {ready.pid})", now + self._ttl,
+        worker = Worker(identity, f"{ready.worker_id} (pid {ready.pid})", now + self._ttl,
                          threads=ready.threads, host=ready.host, lent=ready.threads)
         self._workers[identity] = worker
         self._idle[identity] = None
@@ -193,7 +145,7 @@ class Scheduler:
         sends.append(Send(Dest.WORKER, identity, p.Disconnect()))
         return sends
 
-    def _on_delta(self, worker: _Worker, delta: p.Delta) -> list[Send]:
+    def _on_delta(self, worker: Worker, delta: p.Delta) -> list[Send]:
         request = self._requests.get(delta.request_id)
         if request is None or request.worker != worker.identity:
             log.debug("delta for unknown request %r from %s: cancelling it", delta.request_id, worker.name)
@@ -201,7 +153,7 @@ class Scheduler:
         request.started = True
         return [Send(Dest.CLIENT, request.client, delta)]
 
-    def _on_end(self, worker: _Worker, message: p.Done | p.Error, now: float) -> list[Send]:
+    def _on_end(self, worker: Worker, message: p.Done | p.Error, now: float) -> list[Send]:
         request = self._requests.get(message.request_id)
         if request is None or request.worker != worker.identity:
             log.debug("dropped end of unknown request %r from %s", message.request_id, worker.name)
@@ -235,15 +187,15 @@ class Scheduler:
     def _on_generate(self, client: bytes, generate: p.Generate, now: float) -> list[Send]:
         request_id = generate.request_id
         if request_id in self._requests:
-            return [_error(client, request_id, p.ErrorCode.INVALID_REQUEST,
+            return [error(client, request_id, p.ErrorCode.INVALID_REQUEST,
                            f"request id {request_id!r} is already in use")]
         if not self._workers:
-            return [_error(client, request_id, p.ErrorCode.NO_WORKERS,
+            return [error(client, request_id, p.ErrorCode.NO_WORKERS,
                            "no worker is attached to the dispatcher")]
         if generate.deadline <= now:
-            return [_error(client, request_id, p.ErrorCode.TIMEOUT,
+            return [error(client, request_id, p.ErrorCode.TIMEOUT,
                            "the request's deadline passed before it was dispatched")]
-        request = _Request(generate, client, chain=affinity.chain(generate), arrived=now)
+        request = Request(generate, client, chain=affinity.chain(generate), arrived=now)
         room = len(self._queue) < self._queue_size
         if self._idle:
             worker = self._choose(request, now, can_wait=room)
@@ -251,7 +203,7 @@ class Scheduler:
                 self._requests[request_id] = request
                 return self._assign(request, worker, now)
         elif not room:
-            return [_error(client, request_id, p.ErrorCode.OVERLOADED,
+            return [error(client, request_id, p.ErrorCode.OVERLOADED,
                            f"all {len(self._workers)} worker(s) are busy and "
                            f"the queue ({self._queue_size}) is full")]
         else:
@@ -268,7 +220,7 @@ class Scheduler:
         if request.worker is None:
             del self._queue[request.request_id]
             del self._requests[request.request_id]
-            return [_error(client, request.request_id, p.ErrorCode.CANCELLED, "cancelled while queued")]
+            return [error(client, request.request_id, p.ErrorCode.CANCELLED, "cancelled while queued")]
         if request.cancelled:
             return []
         # The worker answers with Error CANCELLED (or Done, if it was finishing).
@@ -293,7 +245,7 @@ class Scheduler:
         for request_id in [r for r in self._queue if self._requests[r].generate.deadline <= now]:
             del self._queue[request_id]
             request = self._requests.pop(request_id)
-            sends.append(_error(request.client, request_id, p.ErrorCode.TIMEOUT,
+            sends.append(error(request.client, request_id, p.ErrorCode.TIMEOUT,
                                 "the request's deadline passed while it was queued"))
         if self._idle and any(self._requests[r].prefer is not None for r in self._queue):
             sends += self._dispatch_queued(now)
@@ -317,7 +269,7 @@ class Scheduler:
         for request in self._requests.values():
             if request.worker is not None:
                 sends.append(Send(Dest.WORKER, request.worker, p.Cancel(request_id=request.request_id)))
-            sends.append(_error(request.client, request.request_id, p.ErrorCode.SHUTTING_DOWN,
+            sends.append(error(request.client, request.request_id, p.ErrorCode.SHUTTING_DOWN,
                                 "the dispatcher is shutting down"))
         self._requests.clear()
         self._queue.clear()
@@ -327,7 +279,7 @@ class Scheduler:
 
     # -- helpers -------------------------------------------------------------
 
-    def _choose(self, request: _Request, now: float, can_wait: bool) -> bytes | None:
+    def _choose(self, request: Request, now: float, can_wait: bool) -> bytes | None:
         """Return the idle worker that should take ``request`` now, or None to let it wait.
 
         Sets ``request.prefer`` to the busy worker worth waiting for, if any.
@@ -346,7 +298,7 @@ class Scheduler:
         request.prefer = None
         return best_idle
 
-    def _assign(self, request: _Request, identity: bytes, now: float) -> list[Send]:
+    def _assign(self, request: Request, identity: bytes, now: float) -> list[Send]:
         """Give ``request`` to the idle worker ``identity``; its thread share goes out first."""
         del self._idle[identity]
         worker = self._workers[identity]
@@ -390,20 +342,20 @@ class Scheduler:
                 sends += self._take(request, worker, now)
         return sends
 
-    def _take(self, request: _Request, worker: bytes | None, now: float) -> list[Send]:
+    def _take(self, request: Request, worker: bytes | None, now: float) -> list[Send]:
         """Take ``request`` off the queue and give it to ``worker``, or fail it if its deadline passed."""
         request_id = request.request_id
         del self._queue[request_id]
         if request.generate.deadline <= now or worker is None:
             del self._requests[request_id]
-            return [_error(request.client, request_id, p.ErrorCode.TIMEOUT,
+            return [error(request.client, request_id, p.ErrorCode.TIMEOUT,
                            "the request's deadline passed while it was queued")]
         return self._assign(request, worker, now)
 
-    def _remove_worker(self, worker: _Worker, now: float, reason: str) -> list[Send]:
+    def _remove_worker(self, worker: Worker, now: float, reason: str) -> list[Send]:
         return [*self._drop_worker(worker, now, reason), *self._lend_threads()]
 
-    def _drop_worker(self, worker: _Worker, now: float, reason: str) -> list[Send]:
+    def _drop_worker(self, worker: Worker, now: float, reason: str) -> list[Send]:
         del self._workers[worker.identity]
         self.placement.forget(worker.identity)
         self._idle.pop(worker.identity, None)
@@ -414,11 +366,11 @@ class Scheduler:
         request.worker = None
         if request.cancelled:
             del self._requests[request.request_id]
-            return [_error(request.client, request.request_id, p.ErrorCode.CANCELLED,
+            return [error(request.client, request.request_id, p.ErrorCode.CANCELLED,
                            "cancelled; its worker was lost")]
         if request.started or request.dispatches >= MAX_DISPATCHES:
             del self._requests[request.request_id]
-            return [_error(request.client, request.request_id, p.ErrorCode.WORKER_LOST,
+            return [error(request.client, request.request_id, p.ErrorCode.WORKER_LOST,
                            f"the worker serving this request was lost ({reason})")]
         log.info("request %s goes back to the front of the queue", request.request_id)
         self._queue[request.request_id] = None

@@ -12,7 +12,8 @@ from reame.dispatcher.placement import (
     MAX_AFFINITY_WAIT_S,
     MIN_SHARE_CHARS,
 )
-from reame.dispatcher.scheduler import Dest, Scheduler, Send
+from reame.dispatcher.scheduler import Scheduler
+from reame.dispatcher.state import Dest, Send
 from reame.shared import protocol as p
 
 T0 = 1000.0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from reame.dispatcher.scheduler import MAX_DISPATCHES, Dest, Scheduler, Send
+from reame.dispatcher.scheduler import MAX_DISPATCHES, Scheduler
+from reame.dispatcher.state import Dest, Send
 from reame.shared import protocol as p
 
 T0 = 1000.0

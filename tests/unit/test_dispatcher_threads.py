@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from reame.dispatcher.scheduler import Dest, Scheduler, Send
+from reame.dispatcher.scheduler import Scheduler
+from reame.dispatcher.state import Dest, Send
 from reame.dispatcher.threads import Seat, allot
 from reame.shared import protocol as p
 

@@ -1,0 +1,58 @@
+"""What the scheduler knows of each worker and request, and what it sends: plain records."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import NamedTuple
+
+from reame.dispatcher import affinity
+from reame.shared import protocol as p
+
+
+class Dest(enum.Enum):
+    """Which socket a send goes out on."""
+
+    CLIENT = "client"  # the frontend: gateways
+    WORKER = "worker"  # the backend: workers
+
+
+class Send(NamedTuple):
+    dest: Dest
+    identity: bytes
+    message: p.Message
+
+
+@dataclasses.dataclass
+class Worker:
+    identity: bytes
+    name: str  # for logs: "worker_id (pid N)"
+    expiry: float
+    request_id: str | None = None
+    threads: int = 1  # its own
+    host: str = ""
+    lent: int = 1  # the threads it was last told to use
+    served: int = 0  # requests it finished
+
+
+@dataclasses.dataclass
+class Request:
+    generate: p.Generate
+    client: bytes
+    worker: bytes | None = None  # None while queued
+    started: bool = False  # a Delta reached the client
+    cancelled: bool = False  # the client asked; the worker has been told
+    dispatches: int = 0
+    chain: affinity.Chain = ()
+    prefer: bytes | None = None  # the busy worker it waits for while queued
+    prefer_until: float = 0.0
+    arrived: float = 0.0  # when the dispatcher received it
+    assigned_at: float = 0.0  # when it last went to a worker
+
+    @property
+    def request_id(self) -> str:
+        return self.generate.request_id
+
+
+def error(client: bytes, request_id: str, code: p.ErrorCode, message: str) -> Send:
+    return Send(Dest.CLIENT, client, p.Error(request_id=request_id, code=code, message=message))
