@@ -20,6 +20,7 @@ from reame.gateway.errors import APIError
 from reame.gateway.guard import KeyMiddleware
 from reame.gateway.headers import CORSMiddleware, RequestIdMiddleware, parse_origins
 from reame.gateway.metrics import Metrics
+from reame.gateway.openapi import OpenAPIDocument
 from reame.gateway.requestlog import LogMiddleware, request_log
 from reame.gateway.resources import (
     CacheWarm,
@@ -106,6 +107,7 @@ def create_app(
     app.add_route("/", page)
     app.add_route(STATIC_PREFIX + "{name}", page, suffix="asset")
     app.add_route("/metrics", metrics)
+    app.add_route("/openapi.json", OpenAPIDocument())
     return app
 
 
