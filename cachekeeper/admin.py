@@ -19,6 +19,8 @@ from typing import Any, Final, TextIO
 import msgspec
 import zmq
 
+from reame.cachekeeper.answers import SUBDIR as ANSWERS_SUBDIR
+from reame.cachekeeper.answers import AnswerStore
 from reame.cachekeeper.store import Store, StoreLocked
 from reame.shared import endpoints
 from reame.shared import protocol as p
@@ -110,6 +112,8 @@ def offline(config: Config, command: p.CacheCommand) -> Outcome:
         elif command is p.CacheCommand.PURGE:
             reasons = dict.fromkeys(store.keys(), "purged")
             store.purge()
+            if (directory / ANSWERS_SUBDIR).is_dir():  # the answer cache goes too, as the cachekeeper's purge does
+                AnswerStore(directory / ANSWERS_SUBDIR, config.cache.answers_max_size).purge()
         s = store.stats()
         report = p.CacheReport("", s.entries, s.bytes, s.max_bytes, s.hits, s.misses, s.evictions, s.corrupt,
                                0, 0, list(reasons))

@@ -14,11 +14,14 @@ import msgspec
 import pytest
 import zmq
 
+from reame.cachekeeper.admin import offline
 from reame.cachekeeper.answers import AnswerStore, answer, decode_file, encode_file
 from reame.cachekeeper.server import Keeper
 from reame.cachekeeper.store import Store
 from reame.gateway.answers import AnswerCache, ReplayCall, answer_key, decode_reply, eligible, encode_reply
+from reame.gateway.errors import APIError
 from reame.gateway.responses import Usage
+from reame.gateway.validation import parse_chat
 from reame.shared import protocol as p
 from reame.shared.config import load
 from reame.shared.lifecycle import StopFlag
@@ -218,3 +221,21 @@ def test_a_saved_answer_is_found_and_counted(keeper: tuple[str, Keeper, AnswerSt
                       address, context, identity=lambda _: ID)
     assert off.key(BASE) is None
     context.destroy(linger=0)
+
+
+def test_the_request_option_is_a_boolean() -> None:
+    config = load(None, environ={})
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    assert parse_chat(chat, config.sampling).options.answer_cache
+    assert not parse_chat({**chat, "reame": {"answer_cache": False}}, config.sampling).options.answer_cache
+    with pytest.raises(APIError) as caught:
+        parse_chat({**chat, "reame": {"answer_cache": "no"}}, config.sampling)
+    assert caught.value.param == "reame.answer_cache"
+
+
+def test_an_offline_purge_empties_the_answers_too(tmp_path: Path) -> None:
+    store = AnswerStore(tmp_path / "answers", 1 << 20)
+    store.put(KEY, b"data")
+    config = load(None, environ={"REAME_CACHE_DIR": str(tmp_path)})
+    offline(config, p.CacheCommand.PURGE)
+    assert not list((tmp_path / "answers").iterdir())
