@@ -48,3 +48,34 @@ def content(entries: list[TokenLogprob]) -> list[Json]:
 def choice_logprobs(entries: list[TokenLogprob] | None) -> Json | None:
     """Return a chat choice's ``logprobs`` value (None when the request did not ask)."""
     return None if entries is None else {"content": content(entries), "refusal": None}
+
+
+MAX_COMPLETION_TOP: Final = 5  # OpenAI's bound on a completion's logprobs
+
+
+def completion_logprobs(fields: dict[str, Any]) -> int | None:
+    """Return a completion's ``logprobs`` (top tokens per token; None: none), or raise a 400."""
+    value = fields.get("logprobs")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COMPLETION_TOP:
+        raise invalid("logprobs", f"logprobs must be an integer from 0 to {MAX_COMPLETION_TOP}")
+    if fields.get("echo") is True:  # the prompt's own tokens would need their logprobs too
+        raise invalid("logprobs", "logprobs with echo is not supported", "unsupported_parameter")
+    return value
+
+
+def legacy(entries: list[TokenLogprob], offset: int = 0) -> Json:
+    """Return a completion choice's ``logprobs``: tokens, token_logprobs, top_logprobs, text_offset."""
+    tokens: list[str] = []
+    offsets: list[int] = []
+    for e in entries:
+        offsets.append(offset)
+        tokens.append(e.piece.decode("utf-8", "replace"))
+        offset += len(tokens[-1])
+    return {
+        "tokens": tokens,
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [{piece.decode("utf-8", "replace"): logprob for piece, logprob in e.top} for e in entries],
+        "text_offset": offsets,
+    }

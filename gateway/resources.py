@@ -20,7 +20,7 @@ from reame.gateway.compression import Compressor
 from reame.gateway.errors import APIError, dispatcher_unavailable, invalid
 from reame.gateway.guard import tenant_of
 from reame.gateway.http_worker import ReadTimeout
-from reame.gateway.logprobs import choice_logprobs
+from reame.gateway.logprobs import choice_logprobs, legacy
 from reame.gateway.requestlog import request_log
 from reame.gateway.responses import Choice, Usage
 from reame.gateway.streams import ChatStream, CompletionStream, Meta, SSEStream, collect, next_message
@@ -241,11 +241,14 @@ class Completions(_Generation):
 
         def open_call(index: int) -> Call:
             call_id = response_id if len(prompts) == 1 else f"{response_id}-{index}"
-            return self.open(req, call_id, request.sampling, prompt=prompts[index], options=request.options)
+            return self.open(
+                req, call_id, request.sampling, prompt=prompts[index], options=request.options,
+                logprobs=request.logprobs,
+            )
 
         call = open_call(0)
         first = self.first(call, req)
-        meta = Meta(response_id, int(time.time()), s.model, request.include_usage)
+        meta = Meta(response_id, int(time.time()), s.model, request.include_usage, request.logprobs is not None)
         if request.stream:
             stream = CompletionStream(call, first, meta, record, prompts, request.echo, open_call)
             start_stream(req, resp, stream)
@@ -255,9 +258,13 @@ class Completions(_Generation):
             if index > 0:
                 call = open_call(index)
                 first = self.first(call, req)
+            entries: list[protocol.TokenLogprob] | None = None if request.logprobs is None else []
             with call:
-                text, done = collect(call, first, record)
-            choices.append(Choice(index, prompt + text if request.echo else text, done.finish_reason.value))
+                text, done = collect(call, first, record, entries)
+            choices.append(Choice(
+                index, prompt + text if request.echo else text, done.finish_reason.value,
+                None if entries is None else legacy(entries),
+            ))
             usage += Usage.from_done(done, call.saved_tokens)
         send_json(resp, responses.text_completion(response_id, meta.created, s.model, choices, usage))
 

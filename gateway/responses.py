@@ -81,6 +81,7 @@ class Choice:
     index: int
     text: str
     finish_reason: str
+    logprobs: Json | None = None  # gateway.logprobs.legacy
 
 
 def cache_warm(warm_id: str, created: int, model: str, done: Done) -> Json:
@@ -148,7 +149,7 @@ def text_completion(response_id: str, created: int, model: str, choices: list[Ch
         "created": created,
         "model": model,
         "choices": [
-            {"index": c.index, "text": c.text, "logprobs": None, "finish_reason": c.finish_reason}
+            {"index": c.index, "text": c.text, "logprobs": c.logprobs, "finish_reason": c.finish_reason}
             for c in choices
         ],
         "usage": usage.to_dict(),
@@ -163,10 +164,11 @@ def text_chunk(
     text: str,
     finish_reason: str | None = None,
     include_usage: bool = False,
+    logprobs: Json | None = None,
 ) -> Json:
     """Return one streamed ``text_completion`` chunk for the choice ``index``."""
     chunk = _chunk("text_completion", response_id, created, model)
-    chunk["choices"] = [{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}]
+    chunk["choices"] = [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}]
     if include_usage:
         chunk["usage"] = None
     return chunk

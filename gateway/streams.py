@@ -18,7 +18,7 @@ from typing import Final
 from reame.gateway import errors, responses, sse
 from reame.gateway.client import Call, ClientGone
 from reame.gateway.errors import APIError
-from reame.gateway.logprobs import choice_logprobs
+from reame.gateway.logprobs import choice_logprobs, legacy
 from reame.gateway.requestlog import RequestLog
 from reame.gateway.responses import Usage
 from reame.shared.protocol import Delta, Done, TokenLogprob
@@ -173,6 +173,7 @@ class CompletionStream(SSEStream):
         self._prompts = prompts
         self._echo = echo
         self._open_call = open_call
+        self._offset = 0  # text_offset of the current choice's next token
         super().__init__(call, first, meta, record)
 
     def _body(self, first: Delta | Done) -> Iterator[bytes]:
@@ -184,6 +185,7 @@ class CompletionStream(SSEStream):
                 call = self._open_call(index)
                 self._call = call
                 first = next_message(call, self._record)
+            self._offset = 0  # text_offset of the choice's next token
             if self._echo and prompt:
                 yield self._chunk(index, prompt)
             done = yield from self._relay(call, first, functools.partial(self._chunk, index))
@@ -193,6 +195,10 @@ class CompletionStream(SSEStream):
 
     def _chunk(self, index: int, text: str, finish_reason: str | None = None) -> bytes:
         m = self.meta
-        return sse.event(
-            responses.text_chunk(m.response_id, m.created, m.model, index, text, finish_reason, m.include_usage)
-        )
+        logprobs = None
+        if m.logprobs and text and self._delta is not None:  # echo is refused with logprobs
+            logprobs = legacy(self._delta.logprobs, self._offset)
+            self._offset += len(text)
+        return sse.event(responses.text_chunk(
+            m.response_id, m.created, m.model, index, text, finish_reason, m.include_usage, logprobs
+        ))

@@ -3,7 +3,7 @@
 Pure: no sockets, no Falcon. Rules, following the OpenAI API:
 
 - Unknown fields are ignored, as OpenAI does. Known fields that would change the
-  answer and are not supported (``n`` != 1 and logprobs on completions,
+  answer and are not supported (``n`` != 1 on completions,
   ``best_of`` > 1, ``suffix``, ``echo`` on chat) are a 400 naming the field, never
   silently dropped. ``response_format`` and ``tools`` become a grammar (gateway.structured,
   gateway.tools); a schema that cannot be enforced exactly is a 400 naming its part.
@@ -32,7 +32,7 @@ from typing import Any, Final, TypeVar
 from reame.gateway.auth import MAX_CACHE_SALT
 from reame.gateway.choices import MAX_CHOICES, count_choices
 from reame.gateway.errors import APIError, invalid
-from reame.gateway.logprobs import chat_logprobs
+from reame.gateway.logprobs import chat_logprobs, completion_logprobs
 from reame.gateway.structured import response_grammar
 from reame.gateway.tools import Tools, flatten_history, parse_tools
 from reame.shared.config import SamplingConfig
@@ -90,6 +90,7 @@ class CompletionRequest:
     include_usage: bool = False
     echo: bool = False
     options: Options = DEFAULT_OPTIONS
+    logprobs: int | None = None  # None: none; k: each token's and the top k (gateway.logprobs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +125,7 @@ def parse_completion(body: object, defaults: SamplingConfig) -> CompletionReques
     """Validate a /v1/completions body."""
     fields = _object(body)
     options = _check_common(fields)
-    _absent(fields, "logprobs", "logprobs are not supported")
+    logprobs = completion_logprobs(fields)
     if fields.get("best_of") not in (None, 1) or isinstance(fields.get("best_of"), bool):
         raise _unsupported("best_of", "only best_of 1 is supported")
     if fields.get("suffix") not in (None, ""):
@@ -138,6 +139,7 @@ def parse_completion(body: object, defaults: SamplingConfig) -> CompletionReques
         include_usage=include_usage,
         echo=bool(echo),
         options=options,
+        logprobs=logprobs,
     )
 
 

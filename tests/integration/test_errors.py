@@ -88,7 +88,7 @@ CASES: list[tuple[str, Any, int, str]] = [
     ("/v1/completions", completion(prompt={"text": "x"}), 400, "prompt"),
     ("/v1/completions", completion(max_tokens=-1), 400, "max_tokens"),
     ("/v1/completions", completion(best_of=3), 400, "best_of"),
-    ("/v1/completions", completion(logprobs=3), 400, "logprobs"),
+    ("/v1/completions", completion(logprobs=9), 400, "logprobs"),
 ]
 
 

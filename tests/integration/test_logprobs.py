@@ -70,3 +70,29 @@ def test_logprobs_under_a_grammar_are_the_models(server: Server) -> None:
     assert logprobs is not None
     content = logprobs.content
     assert content and all(e.logprob <= 0.0 for e in content)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completion_logprobs_in_the_legacy_shape(server: Server, stream: bool) -> None:
+    client = server.client()
+    if stream:
+        chunks = list(client.completions.create(
+            model="any", prompt="The capital of France is", max_tokens=8, temperature=0, logprobs=2, stream=True,
+        ))
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        parts = [c.choices[0].logprobs for c in chunks if c.choices and c.choices[0].logprobs is not None]
+        tokens = [t for p in parts for t in p.tokens or []]
+        offsets = [o for p in parts for o in p.text_offset or []]
+        tops = [t for p in parts for t in p.top_logprobs or []]
+    else:
+        reply = client.completions.create(
+            model="any", prompt="The capital of France is", max_tokens=8, temperature=0, logprobs=2,
+        )
+        text = reply.choices[0].text
+        logprobs = reply.choices[0].logprobs
+        assert logprobs is not None
+        tokens, offsets, tops = logprobs.tokens or [], logprobs.text_offset or [], logprobs.top_logprobs or []
+        assert all(lp is not None and lp <= 0.0 for lp in logprobs.token_logprobs or [])
+    assert "".join(tokens) == text
+    assert offsets == [len("".join(tokens[:i])) for i in range(len(tokens))]
+    assert all(1 <= len(top) <= 2 for top in tops)
