@@ -1,0 +1,45 @@
+"""LangChain's ChatOpenAI against reame: with_structured_output and bind_tools (optional dependency)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+from pydantic import BaseModel, Field
+
+from tests.harness import Server
+
+pytestmark = pytest.mark.integration
+langchain_openai = pytest.importorskip("langchain_openai")
+
+
+class Colour(BaseModel):
+    """A colour of the rainbow."""
+
+    name: Literal["red", "orange", "yellow", "green", "blue", "indigo", "violet"]
+    position: int = Field(ge=1, le=7)
+
+
+def get_weather(city: str, unit: Literal["celsius", "fahrenheit"]) -> str:
+    """Get the current weather in a city."""
+    return f"18 degrees {unit} in {city}"
+
+
+def chat(server: Server) -> object:
+    return langchain_openai.ChatOpenAI(
+        base_url=server.base_url, api_key="unused", model="any", temperature=0, max_tokens=80, max_retries=0,
+    )
+
+
+def test_with_structured_output_returns_the_model(server: Server) -> None:
+    structured = chat(server).with_structured_output(Colour)  # type: ignore[attr-defined]
+    colour = structured.invoke("Name the first colour of the rainbow.")
+    assert isinstance(colour, Colour) and 1 <= colour.position <= 7
+
+
+def test_bind_tools_with_a_forced_call_gives_tool_calls(server: Server) -> None:
+    model = chat(server).bind_tools([get_weather], tool_choice="get_weather")  # type: ignore[attr-defined]
+    message = model.invoke("What is the weather in Paris?")
+    (call,) = message.tool_calls
+    assert call["name"] == "get_weather" and call["id"].startswith("call_")
+    assert set(call["args"]) == {"city", "unit"} and call["args"]["unit"] in ("celsius", "fahrenheit")
