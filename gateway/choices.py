@@ -29,8 +29,8 @@ def count_choices(fields: dict[str, Any], limit: int) -> int:
         raise invalid("n", "only n 1 is supported", "unsupported_parameter")
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= limit:
         raise invalid("n", f"n must be an integer from 1 to {limit}")
-    if fields.get("stream") is True:
-        raise invalid("n", "n > 1 is supported without stream only", "unsupported_parameter")
+    if fields.get("stream") is True and fields.get("tools"):
+        raise invalid("n", "n > 1 with tools is supported without stream only", "unsupported_parameter")
     return n
 
 

@@ -14,6 +14,7 @@ from gunicorn.http.errors import ParseException
 
 from reame.gateway import auth, bounds, errors, responses, sse, validation
 from reame.gateway.answers import AnswerCache
+from reame.gateway.choice_stream import ChoicesStream
 from reame.gateway.choices import choice_usage, seeded
 from reame.gateway.client import Call, Dispatcher
 from reame.gateway.compression import Compressor
@@ -205,19 +206,28 @@ class ChatCompletions(_Generation):
         )
         first = self.first(call, req)
         meta = Meta(response_id, int(time.time()), s.model, request.include_usage, request.logprobs is not None)
+
+        def open_choice(index: int) -> Call:  # n > 1: in turn, the later ones reusing the prompt's KV state
+            return self.open(
+                req, f"{response_id}-{index}", seeded(request.sampling, index), messages=messages,
+                options=request.options, grammar=request.grammar, logprobs=request.logprobs,
+            )
+
         if request.stream:
             tools = request.tools
-            start_stream(req, resp, ChatStream(call, first, meta, record) if tools is None
-                         else ToolStream(call, first, meta, record, tools))
+            if request.n > 1:
+                stream: SSEStream = ChoicesStream(call, first, meta, record, request.n, open_choice)
+            elif tools is not None:
+                stream = ToolStream(call, first, meta, record, tools)
+            else:
+                stream = ChatStream(call, first, meta, record)
+            start_stream(req, resp, stream)
             return
         body = responses.chat_completion(response_id, meta.created, s.model, "", "", Usage())
         body["choices"], usage = [], Usage()
-        for index in range(request.n):  # n > 1: in turn, the later ones reusing the prompt's KV state
+        for index in range(request.n):
             if index > 0:
-                call = self.open(
-                    req, f"{response_id}-{index}", seeded(request.sampling, index), messages=messages,
-                    options=request.options, grammar=request.grammar, logprobs=request.logprobs,
-                )
+                call = open_choice(index)
                 first = self.first(call, req)
             entries: list[protocol.TokenLogprob] | None = None if request.logprobs is None else []
             with call:

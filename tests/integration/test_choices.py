@@ -38,3 +38,28 @@ def test_n_with_a_schema_gives_valid_json_in_every_choice(server: Server) -> Non
     assert len(reply.choices) == 3
     for choice in reply.choices:
         assert json.loads(choice.message.content or "")["mood"] in ("calm", "rough")
+
+
+def test_streamed_n_3_sends_each_choice_with_its_index(server: Server) -> None:
+    stream = server.client().chat.completions.create(
+        model="any", messages=CHAT, max_tokens=12, temperature=0.9, seed=7, n=3, stream=True, logprobs=True,
+        stream_options={"include_usage": True},
+    )
+    texts: dict[int, str] = {}
+    finishes: dict[int, str] = {}
+    tokens = 0
+    usage = None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+            if choice.logprobs is not None and choice.logprobs.content:
+                tokens += len(choice.logprobs.content)
+    assert sorted(texts) == [0, 1, 2] and all(texts.values()) and sorted(finishes) == [0, 1, 2]
+    single = server.client().chat.completions.create(model="any", messages=CHAT, max_tokens=12, temperature=0.9,
+                                                     seed=7)
+    assert texts[0] == single.choices[0].message.content
+    assert usage is not None and single.usage is not None
+    assert usage.prompt_tokens == single.usage.prompt_tokens and usage.completion_tokens == tokens

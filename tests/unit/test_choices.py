@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from reame.gateway.choices import MAX_CHOICES, choice_usage, count_choices, seeded
@@ -13,7 +15,10 @@ def test_count_choices() -> None:
     assert count_choices({}, MAX_CHOICES) == 1
     assert count_choices({"n": 3}, MAX_CHOICES) == 3
     assert count_choices({"n": 1}, 1) == 1
-    for fields, limit in (({"n": 2}, 1), ({"n": 0}, 8), ({"n": 9}, 8), ({"n": 2.0}, 8), ({"n": 2, "stream": True}, 8)):
+    bad: list[tuple[dict[str, Any], int]] = [
+        ({"n": 2}, 1), ({"n": 0}, 8), ({"n": 9}, 8), ({"n": 2.0}, 8), ({"n": 2, "stream": True, "tools": [{}]}, 8),
+    ]
+    for fields, limit in bad:
         with pytest.raises(APIError) as caught:
             count_choices(fields, limit)
         assert caught.value.param == "n"

@@ -91,7 +91,7 @@ BAD_CHAT: list[tuple[Any, str | None, str]] = [
     (chat(stream=True, stream_options={"include_usage": 1}), "stream_options.include_usage", "invalid_type"),
     (chat(n=9), "n", "invalid_value"),
     (chat(n=True), "n", "invalid_value"),
-    (chat(n=2, stream=True), "n", "unsupported_parameter"),
+    (chat(n=2, stream=True, tools=[{"type": "function", "function": {"name": "f"}}]), "n", "unsupported_parameter"),
     (chat(logprobs=1), "logprobs", "invalid_type"),
     (chat(top_logprobs=2), "top_logprobs", "invalid_value"),
     (chat(logprobs=True, top_logprobs=21), "top_logprobs", "invalid_value"),
