@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
-.PHONY: install install-test serve test check unit
+.PHONY: install install-test serve test check unit faults soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,3 +40,14 @@ check:
 # Only the tests that need no model (the fast loop while editing).
 unit:
 	$(BIN)/python -m pytest -q -m "not integration"
+
+# The fault suite's long loops (issue #17); figures as JSON lines in $(FAULTS_REPORT), for RELIABILITY.md.
+FAULTS_REPORT ?= faults-report.jsonl
+faults:
+	REAME_FAULTS_LONG=1 REAME_FAULTS_REPORT=$(abspath $(FAULTS_REPORT)) REAME_SOAK_SECONDS=120 \
+		$(BIN)/python -m pytest -ra -s -m faults
+
+# 30 minutes of mixed traffic with faults injected at random.
+soak:
+	REAME_FAULTS_REPORT=$(abspath $(FAULTS_REPORT)) REAME_SOAK_SECONDS=$${REAME_SOAK_SECONDS:-1800} \
+		$(BIN)/python -m pytest -ra -s tests/integration/test_fault_soak.py
