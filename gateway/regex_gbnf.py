@@ -23,7 +23,7 @@ from typing import Any, Final
 _parser: Any = importlib.import_module("re._parser")  # typeshed has no stub for it
 _c: Any = importlib.import_module("re._constants")
 
-MAX_REPEAT: Final = 1000  # GBNF expands {m,n} into rules: bound the grammar's size
+MAX_REPEAT: Final = 1000  # GBNF expands {m,n} into rules: bound the grammar's size, nesting included
 MAX_CODE_POINT: Final = 0x10FFFF
 # Code points a JSON string must escape; classes and "." never produce them.
 _FORBIDDEN: Final = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F))
@@ -55,18 +55,19 @@ def pattern_rule(pattern: str) -> str:
     tail = bool(items) and items[-1][0] == _c.AT and items[-1][1] in (_c.AT_END, _c.AT_END_STRING)
     if tail:
         items = items[:-1]
-    body = _sequence(items)
+    body = _sequence(items, 1)
     before = "" if head else f"{_ANY}* "
     after = "" if tail else f" {_ANY}*"
     return f'"\\"" {before}{body}{after} "\\"" space'
 
 
-def _sequence(items: Iterable[tuple[Any, Any]]) -> str:
-    parts = [_node(op, value) for op, value in items]
+def _sequence(items: Iterable[tuple[Any, Any]], scale: int) -> str:
+    """Translate a run of nodes; ``scale`` is how many times the enclosing repetitions repeat it."""
+    parts = [_node(op, value, scale) for op, value in items]
     return "(" + " ".join(parts) + ")" if parts else '""'
 
 
-def _node(op: Any, value: Any) -> str:
+def _node(op: Any, value: Any, scale: int) -> str:
     if op == _c.LITERAL:
         return _literal(chr(value))
     elif op == _c.ANY:
@@ -77,15 +78,18 @@ def _node(op: Any, value: Any) -> str:
         return _class([(_c.NEGATE, None), (_c.LITERAL, value)])
     elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT):  # lazy or greedy: the same set of strings
         low, high, sub = value
-        return _repeat(_sequence(sub), low, high)
+        inner = scale * max(low, 1 if high == _c.MAXREPEAT else high)
+        if inner > MAX_REPEAT:
+            raise PatternError(f"repetitions that multiply to more than {MAX_REPEAT} are not supported")
+        return _repeat(_sequence(sub, inner), low, high)
     elif op == _c.SUBPATTERN:
         _group, add_flags, del_flags, sub = value
         if add_flags or del_flags:
             raise PatternError("inline flags such as (?i:...) are not supported")
-        return _sequence(sub)
+        return _sequence(sub, scale)
     elif op == _c.BRANCH:
         _unused, branches = value
-        return "(" + " | ".join(_sequence(branch) for branch in branches) + ")"
+        return "(" + " | ".join(_sequence(branch, scale) for branch in branches) + ")"
     elif op == _c.AT:
         raise PatternError("anchors (^, $, \\b) are supported only at the start and end of the pattern")
     else:

@@ -45,6 +45,7 @@ _BY_TYPE: Final[dict[str, frozenset[str]]] = {
 }
 _ALTERNATIVES: Final = ("$ref", "anyOf", "const", "enum")
 MAX_DEPTH: Final = 64
+MAX_COUNT: Final = 1000  # minItems, maxItems, minLength, maxLength
 # JSON strings: any character but '"', '\\' and the control characters, which JSON escapes.
 _CHAR: Final[Any] = BuiltinRule(
     r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])', []
@@ -342,6 +343,8 @@ def _count(node: dict[str, Any], key: str, path: str) -> int:
     value = node[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise SchemaError(f"{path}.{key}", f"{key} must be a non-negative integer")
+    if value > MAX_COUNT:  # the grammar spells each repetition out: bound its size
+        raise SchemaError(f"{path}.{key}", f"{key} above {MAX_COUNT} is not supported")
     return value
 
 

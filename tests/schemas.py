@@ -92,4 +92,6 @@ REFUSED: Final[list[tuple[Any, str]]] = [
     ({"type": "string", "enum": ["a", 1]}, ".enum[1]"),
     ({"allOf": [{"type": "string"}, {"maxLength": 2}]}, ".allOf"),
     ("not a schema", ""),
+    ({"type": "string", "pattern": "^(a{100}){100}$"}, ".pattern"),  # the grammar would spell out 10,000
+    ({"type": "array", "items": {"type": "string"}, "maxItems": 5000}, ".maxItems"),
 ]
