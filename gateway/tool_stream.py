@@ -40,6 +40,12 @@ class ToolStream(ChatStream):
         if calls is None:
             yield self._event({"role": "assistant", "content": text})
             yield self._event({}, message.finish_reason.value)
+        elif self._tools.legacy:  # `functions` asked: the legacy function_call delta
+            yield self._event({"role": "assistant", "content": None})
+            function = calls[0]["function"]
+            yield self._event({"function_call": {"name": function["name"], "arguments": ""}})
+            yield self._event({"function_call": {"arguments": function["arguments"]}})
+            yield self._event({}, "function_call")
         else:
             yield self._event({"role": "assistant", "content": None})
             for index, call in enumerate(calls):

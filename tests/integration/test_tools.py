@@ -132,3 +132,23 @@ def test_unenforceable_parameters_are_a_400_naming_them(server: Server) -> None:
         server.client().chat.completions.create(model="any", messages=ASK, tools=[bad], tool_choice="required")
     body = caught.value.body
     assert isinstance(body, dict) and body["param"] == "tools[0].function.parameters.properties.x.format"
+
+
+def test_legacy_functions_give_a_function_call(server: Server) -> None:
+    body = {"model": "any", "messages": ASK, "functions": [WEATHER["function"]], "max_tokens": 60,
+            "function_call": {"name": "get_weather"}, "temperature": 0}
+    status, _, answer = server.request("POST", "/v1/chat/completions", json.dumps(body).encode(),
+                                       {"Content-Type": "application/json"})
+    choice = json.loads(answer)["choices"][0]
+    assert status == 200 and choice["finish_reason"] == "function_call"
+    assert choice["message"]["function_call"]["name"] == "get_weather"
+    assert set(json.loads(choice["message"]["function_call"]["arguments"])) == {"city", "unit"}
+    status, _, streamed = server.request("POST", "/v1/chat/completions",
+                                         json.dumps({**body, "stream": True}).encode(),
+                                         {"Content-Type": "application/json"})
+    events = [json.loads(line[6:]) for line in streamed.decode().splitlines()
+              if line.startswith("data: {")]
+    deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+    arguments = "".join(d["function_call"]["arguments"] for d in deltas if "function_call" in d)
+    assert set(json.loads(arguments)) == {"city", "unit"}
+    assert events[-1]["choices"][0]["finish_reason"] == "function_call"
