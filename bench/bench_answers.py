@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.harness import Server, start_server
+from reame.benchmarks.server import Server, start_server
 
 DOCUMENT = " ".join(
     f"Section {i}. The Harbour Street office opens at 8:30 and closes at 17:45 on weekdays; "

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import openai
 
+from reame.benchmarks.server import Server, free_port, start_server
 from reame.shared.config import load
 from reame.shared.model_file import model_path
-from tests.harness import Server, free_port, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DOC = REPO.parent / "shared" / "eval" / "docs" / "bike_rental_terms.txt"

@@ -28,9 +28,9 @@ from pathlib import Path
 import openai
 
 from bench.bench_cache import Peer, Timing, ask
+from reame.benchmarks.server import start_server
 from reame.shared.config import load
 from reame.shared.model_file import model_path
-from tests.harness import start_server
 
 DOCS = Path(__file__).resolve().parents[2] / "shared" / "eval" / "docs"
 QUESTIONS = [

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.harness import Server, start_server
+from reame.benchmarks.server import Server, start_server
 
 
 def scrape_ms(server: Server) -> float:

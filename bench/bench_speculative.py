@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.speculative_prompts import PROMPTS
+from reame.benchmarks.speculative_prompts import PROMPTS
 from reame.shared.config import load
 from reame.shared.model_file import model_path
 from reame.shared.modes import SpeculativeMode

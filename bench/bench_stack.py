@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reame.benchmarks.server import Server, start_server
 from reame.shared.config import load
 from reame.shared.model_file import model_path
-from tests.harness import Server, start_server
 
 TOPICS = [
     "the history of lighthouses", "how bread is baked", "the water cycle", "a trip to the mountains",

@@ -41,6 +41,7 @@ from typing import Any
 
 import openai
 
+from reame.benchmarks.server import start_server
 from reame.gateway.compress import compress
 from reame.gateway.compress.facts import is_hard
 from reame.gateway.compress.messages import Policy, compress_messages
@@ -50,7 +51,6 @@ from reame.gateway.tokenizer import Tokenizer
 from reame.shared.config import load
 from reame.shared.model_file import model_path
 from reame.shared.protocol import ChatMessage
-from tests.harness import start_server
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_EVAL = REPO.parent / "shared" / "eval"

@@ -146,6 +146,18 @@ def _status(args: argparse.Namespace) -> int:
     return status.run(config, json_output=args.json)
 
 
+def _bench_arguments(parser: argparse.ArgumentParser) -> None:
+    from reame.benchmarks import cli
+
+    cli.add_arguments(parser)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from reame.benchmarks import cli
+
+    return cli.run(args)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from reame.supervisor.arbiter import serve
 
@@ -205,6 +217,8 @@ COMMANDS: Final[tuple[Command, ...]] = (
     )),
     Command("compress", "print a document as the gateway's prompt compression rewrites it", _compress,
             _compress_arguments),
+    Command("bench", "measure reame side by side with llama-cpp-python's server: tables and plots", _bench,
+            _bench_arguments),
     Command("config", "inspect the configuration", subcommands=(
         Command("check", "print the effective configuration, or what is wrong with it", _config_check),
     )),

@@ -2,198 +2,29 @@
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import openai
-
+# The harness lives in the package, so that an installed `reame bench` has it; tests import it from here.
+from reame.benchmarks.server import (
+    EXIT_TIMEOUT_S,
+    READY_TIMEOUT_S,
+    Server,
+    alive,
+    cmdline,
+    descendants,
+    free_port,
+    start_server,
+)
 from tests.waiting import PATIENCE_S, wait_for
 
-READY_TIMEOUT_S = 120.0
-EXIT_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def descendants(pid: int) -> list[int]:
-    """Every living process below ``pid``, found through /proc."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses: split after the last ')'.
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":
-            parents[int(entry)] = int(fields[1])
-    found: list[int] = []
-    frontier = [pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [child for child, ppid in parents.items() if ppid == parent]
-        found.extend(children)
-        frontier.extend(children)
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen[bytes]
-    port: int
-    tmp: Path
-
-    @property
-    def log_path(self) -> Path:
-        return self.tmp / "serve.log"
-
-    @property
-    def run_dir(self) -> Path:
-        return self.tmp / "run"
-
-    @property
-    def cache_dir(self) -> Path:
-        return self.tmp / "cache"
-
-    def children(self) -> list[int]:
-        return descendants(self.proc.pid)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def client(self, api_key: str = "unused", **kwargs: Any) -> openai.OpenAI:
-        """Return an openai client; it sends ``api_key`` as ``Authorization: Bearer``."""
-        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kwargs)
-
-    def request(
-        self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
-    ) -> tuple[int, dict[str, str], bytes]:
-        """Send one raw HTTP request; return status, headers and body."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            response = conn.getresponse()
-            # Header names are case-insensitive; the tests look them up in title case.
-            headers = {name.title(): value for name, value in response.getheaders()}
-            return response.status, headers, response.read()
-        finally:
-            conn.close()
-
-    def post_json(self, path: str, payload: Any) -> tuple[int, dict[str, str], Any]:
-        status, headers, body = self.request(
-            "POST", path, json.dumps(payload).encode(), {"Content-Type": "application/json"}
-        )
-        return status, headers, json.loads(body)
-
-    def ready(self) -> dict[str, Any] | None:
-        try:
-            status, _, body = self.request("GET", "/ready")
-        except OSError:
-            return None
-        if status != 200:
-            return None
-        parsed: dict[str, Any] = json.loads(body)
-        return parsed
-
-    def wait_ready(self, workers: int, timeout: float = READY_TIMEOUT_S) -> dict[str, Any]:
-        def ready_state() -> dict[str, Any] | None:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"reame serve exited with {self.proc.returncode}:\n{self.log()}")
-            state = self.ready()
-            return state if state is not None and state.get("workers", 0) >= workers else None
-
-        try:
-            return wait_for(ready_state, timeout, interval=0.2, what=f"reame serve to be ready with {workers} workers")
-        except AssertionError as err:
-            raise RuntimeError(f"{err}:\n{self.log()}") from None
-
-    def workers(self) -> list[int]:
-        return [pid for pid in descendants(self.proc.pid) if " -m reame.worker " in cmdline(pid) + " "]
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-20000:]
-
-    def stop(self) -> list[int]:
-        """SIGTERM the server and wait; return the processes it left behind."""
-        family = descendants(self.proc.pid)
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        # Children die with the supervisor (PR_SET_PDEATHSIG); a busy machine may take a while to reap them.
-        with contextlib.suppress(AssertionError):
-            wait_for(lambda: not any(alive(pid) for pid in family), EXIT_TIMEOUT_S, interval=0.1, what="the children")
-        left = [pid for pid in family if alive(pid)]
-        for pid in left:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        return left
-
-
-def start_server(tmp: Path, workers: int = 2, **overrides: str) -> Server:
-    port = free_port()
-    env = dict(os.environ)
-    env.update(
-        REAME_SERVER_PORT=str(port),
-        REAME_SERVER_RUN_DIR=str(tmp / "run"),
-        REAME_WORKERS_COUNT=str(workers),
-        REAME_WORKERS_THREADS="1",
-        REAME_SERVER_GATEWAY_THREADS="16",
-        REAME_CACHE_DIR=str(tmp / "cache"),
-        # Off unless a test asks for it: a repeated greedy request would otherwise be
-        # answered from the answer cache, and the tests of the worker path would not reach it.
-        REAME_CACHE_ANSWERS="false",
-    )
-    env.update({f"REAME_{key.upper()}": value for key, value in overrides.items()})
-    tmp.mkdir(parents=True, exist_ok=True)
-    log_path = tmp / "serve.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "reame.supervisor", "serve"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
-    server = Server(proc=proc, port=port, tmp=tmp)
-    try:
-        server.wait_ready(workers)
-    except Exception:
-        server.stop()
-        raise
-    return server
+__all__ = [
+    "EXIT_TIMEOUT_S", "READY_TIMEOUT_S", "Server", "alive", "cache_stats", "cmdline", "descendants", "free_port",
+    "start_server", "wait_for_entries",
+]
 
 
 def cache_stats(server: Server) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""`reame bench`: reame measured side by side with llama-cpp-python's server (see cli.py, BENCHMARKS.md)."""

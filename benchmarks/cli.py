@@ -1,0 +1,108 @@
+"""`reame bench [SCENARIO ...]`: every claim measured side by side with the peer, with progress and plots.
+
+Each scenario runs reame and `python -m llama_cpp.server` on the same model, threads and
+prompts, alternating them in one run, prints a Markdown table, the ratio its goal is
+stated in and how the figures were taken; REPORT.md and the PNG plots go to --out.
+Needs the `bench` extra (`pip install 'reame[bench]'`: the peer, tqdm, matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from reame.benchmarks.common import Setup, machine
+from reame.benchmarks.report import Section, write
+
+SCENARIOS: Final[dict[str, str]] = {
+    "qa": "repeated-document QA: TTFT cold, warm and after a restart",
+    "load": "concurrent load: 8 clients over 4 documents, req/s and p50/p95",
+    "compress": "compression: the exam with off, lossless and facts",
+    "speculative": "speculative decoding: decode tok/s off against lookup",
+    "overhead": "overhead: the stack against the same prompt in-process",
+}
+MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
+                  "overhead": "overhead"}
+
+
+def default_exam() -> Path:
+    """``../shared/eval`` beside the working directory, else beside this source checkout."""
+    here = Path.cwd().parent / "shared" / "eval"
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parents[2] / "shared" / "eval"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenarios", metavar="SCENARIO", nargs="*",
+                        help="what to run (default: all): " + "; ".join(f"{k}: {v}" for k, v in SCENARIOS.items()))
+    parser.add_argument("--model", metavar="PATH", type=Path, help="GGUF model (default: the configured model)")
+    parser.add_argument("--draft-model", metavar="PATH", type=Path,
+                        help="draft GGUF for speculative model mode (same vocabulary)")
+    parser.add_argument("--exam", metavar="DIR", type=Path, default=None,
+                        help="the fact exam: docs/*.txt and questions.jsonl (default: ../shared/eval)")
+    parser.add_argument("--out", metavar="DIR", type=Path, default=Path("bench-report"),
+                        help="where REPORT.md and the plots go (default: bench-report)")
+    parser.add_argument("--threads", metavar="N", type=int, default=os.cpu_count() or 1,
+                        help="threads of each server (default: the CPUs here)")
+    parser.add_argument("--quick", action="store_true", help="a tiny run of each scenario (a smoke test)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from reame.shared.config import ConfigError, load
+    from reame.shared.model_file import ModelFileError, model_path
+
+    try:
+        config = load(None, environ={"REAME_MODEL_PATH": str(args.model)} if args.model else {})
+        model = model_path(config).resolve()
+    except (ConfigError, ModelFileError) as err:
+        print(f"reame bench: {err}", file=sys.stderr)
+        return 2
+    chosen = list(dict.fromkeys(args.scenarios)) or list(SCENARIOS)
+    unknown = [name for name in chosen if name not in SCENARIOS]
+    if unknown:
+        print(f"reame bench: no scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}", file=sys.stderr)
+        return 2
+    sections: list[Section] = []
+    failed: list[str] = []
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="reame-bench-") as tmp:
+        setup = Setup(model, args.draft_model, args.exam or default_exam(), args.out, args.threads, args.quick,
+                      config.model.n_ctx, Path(tmp))
+        for name in chosen:
+            print(f"\n== {name}: {SCENARIOS[name]}", flush=True)
+            try:
+                section = scenario(name)(setup)
+            except Exception as err:
+                traceback.print_exc()
+                print(f"reame bench: {name} failed: {err}", file=sys.stderr)
+                failed.append(name)
+                continue
+            sections.append(section)
+            print(section.markdown(), flush=True)
+    header = (f"`reame bench {' '.join(chosen)}{' --quick' if args.quick else ''}`, "
+              f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {time.monotonic() - started:.0f} s. {machine()}.")
+    path = write(args.out, header, sections)
+    print(f"report: {path}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def scenario(name: str) -> Callable[[Setup], Section]:
+    import importlib
+
+    module = importlib.import_module(f"reame.benchmarks.{MODULES[name]}")
+    runner: Callable[[Setup], Section] = module.run
+    return runner
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="reame bench", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,95 @@
+"""Scenario `load`: 8 clients ask questions over 4 documents at once, of reame and of the peer.
+
+reame runs --threads workers of one thread each (its default shape: one worker per
+core); the peer one process of --threads threads with its prompt cache on. The load
+runs in rounds, each on fresh documents, alternating which server goes first.
+Goal: reame's throughput at least 3x the peer's, its p95 latency at most a third.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from typing import Any
+
+import openai
+
+from reame.benchmarks.common import Peer, Progress, Setup, Timing, ask, both, chat, how
+from reame.benchmarks.qa import QUESTIONS, documents
+from reame.benchmarks.report import Section, median, percentile, plot, ratio, table
+
+CLIENTS = 8
+MAX_TOKENS = 16
+QUICK_CHARS = 800  # --quick: short documents, a few seconds of prefill each
+
+
+def load_run(client: openai.OpenAI, docs: list[str], per_doc: int, progress: Progress,
+             side: str) -> tuple[float, list[Timing]]:
+    """Ask ``per_doc`` questions about each document from CLIENTS threads, interleaved; return wall time, timings."""
+    jobs = [(doc, QUESTIONS[q % len(QUESTIONS)]) for q in range(per_doc) for doc in docs]
+    lock = threading.Lock()
+
+    def one(job: tuple[str, str]) -> Timing:
+        timing = ask(client, chat(*job), MAX_TOKENS)
+        with lock:
+            progress.step(side)
+        return timing
+
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
+        timings = list(pool.map(one, jobs))
+    return time.perf_counter() - started, timings
+
+
+def run(setup: Setup) -> Section:
+    count, per_doc, rounds = (2, 1, 1) if setup.quick else (4, 3, 2)
+    workers = setup.threads
+    progress = Progress(2 * rounds * count * per_doc, "load")
+    peer = Peer(setup.model, workers, setup.n_ctx, setup.tmp / "load-peer.log")
+    walls = {"reame": 0.0, "peer": 0.0}
+    timings: dict[str, list[Timing]] = {"reame": [], "peer": []}
+    try:
+        with both(setup, "load", workers, peer, workers_threads="1") as (reame, _):
+            for r in range(rounds):
+                for side in (["reame", "peer"] if r % 2 == 0 else ["peer", "reame"]):
+                    client = reame.client(timeout=900) if side == "reame" else peer.client()
+                    wall, got = load_run(client, documents(setup, count, QUICK_CHARS), per_doc, progress, side)
+                    walls[side] += wall
+                    timings[side] += got
+    finally:
+        progress.close()
+    rows: list[list[Any]] = []
+    figures: dict[str, tuple[float, float]] = {}
+    for side in ("reame", "peer"):
+        got = timings[side]
+        totals = [t.total_s for t in got]
+        rate = len(got) / walls[side]
+        figures[side] = (rate, percentile(totals, 0.95))
+        # A chat template's opening tokens may be reused from any earlier prompt: under 50 cached is a full read.
+        full = sum(1 for t in got if t.cached_tokens is not None and t.cached_tokens < 50)
+        rows.append([side, len(got), rate, median(totals), percentile(totals, 0.95),
+                     median([t.ttft_s for t in got]), full if got and got[0].cached_tokens is not None else None])
+    header = ["server", "requests", "req/s", "p50 latency s", "p95 latency s", "p50 TTFT s", "full prefills"]
+    speed = ratio(figures["reame"][0], figures["peer"][0])
+    p95 = ratio(figures["reame"][1], figures["peer"][1])
+    goal = [f"reame/peer throughput {speed:.2f}x (goal >= 3: {'met' if speed >= 3 else 'NOT met'})",
+            f"reame's p95 latency is {p95:.2f} of the peer's (goal <= 0.33: {'met' if p95 <= 0.33 else 'NOT met'})",
+            f"full prefills: how many reame requests read their document in full (goal: {count * rounds}, "
+            "one per document)"]
+
+    def draw(axes: Any) -> None:
+        for side, name in (("reame", f"reame ({workers} workers x 1 thread)"),
+                           ("peer", f"llama_cpp.server --cache true ({workers} threads)")):
+            totals = sorted(t.total_s for t in timings[side])
+            shares = [(i + 1) / len(totals) for i in range(len(totals))]
+            axes.step([0.0, *totals], [0.0, *shares], where="post", label=name)
+        axes.set_xlabel("request latency (s)")
+        axes.set_ylabel("share of requests")
+        axes.set_title(f"Latency CDF, {CLIENTS} clients over {count} documents")
+
+    plots = [name for name in [plot(setup.out, "load_latency_cdf.png", draw)] if name]
+    runs = (f"{CLIENTS} clients, {count} documents x {per_doc} questions per round, {rounds} round(s) on fresh "
+            f"documents alternating the servers, {MAX_TOKENS} tokens each; reame {workers} workers x 1 thread, "
+            f"peer 1 process x {workers} threads with `--cache true`")
+    return Section("Concurrent load", goal, how(setup, runs), [table(header, rows)], plots)

@@ -1,0 +1,62 @@
+"""`reame bench --quick`: every scenario runs end to end against the peer, so the harness cannot rot.
+
+A smoke run, not a measurement: the test checks that each scenario produced its table,
+its goal lines and (with matplotlib) its plots, never the figures themselves.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reame.benchmarks.cli import SCENARIOS
+
+pytestmark = pytest.mark.integration
+
+EXAM = Path(__file__).resolve().parents[3] / "shared" / "eval"
+TITLES = {
+    "qa": "## Repeated-document QA",
+    "load": "## Concurrent load",
+    "compress": "## Prompt compression",
+    "speculative": "## Speculative decoding",
+    "overhead": "## Overhead of the stack",
+}
+PLOTS = {"qa": "qa_ttft.png", "load": "load_latency_cdf.png", "compress": "compress_ttft.png",
+         "speculative": "speculative_decode.png", "overhead": "overhead_ttft.png"}
+
+
+def test_every_scenario_runs_quick(tmp_path: Path) -> None:
+    if importlib.util.find_spec("llama_cpp.server") is None:
+        pytest.fail("the peer is missing: `make install-test` installs the bench extra")
+    out = tmp_path / "report"
+    result = subprocess.run(
+        [sys.executable, "-P", "-m", "reame.supervisor", "bench", "--quick", "--threads", "1",
+         "--exam", str(EXAM), "--out", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    report = (out / "REPORT.md").read_text()
+    assert set(TITLES) == set(SCENARIOS)
+    for name, title in TITLES.items():
+        assert title in report, name
+        section = report.split(title, 1)[1].split("\n## ", 1)[0]
+        assert "*How:*" in section and "thread(s)" in section, name
+        assert "|---|" in section, name
+        assert "goal" in section, name
+        if importlib.util.find_spec("matplotlib") is not None:
+            assert (out / PLOTS[name]).stat().st_size > 0, name
+            assert f"({PLOTS[name]})" in section, name
+    assert "Repeated-document QA" in result.stdout  # the tables are printed too
+
+
+def test_unknown_scenario_is_refused(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-P", "-m", "reame.supervisor", "bench", "nonsense", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert "no scenario nonsense" in result.stderr
