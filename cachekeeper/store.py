@@ -258,6 +258,10 @@ class Store:
             except CorruptEntry as err:
                 self.delete(key, err.reason)
                 return None
+            if reader.header.key() != key:  # another entry's file put in its place
+                reader.close()
+                self.delete(key, "file name does not match the tokens in its header")
+                return None
             self._readers[key] += 1
             return ReadHandle(self, key, reader)
 

@@ -303,6 +303,16 @@ def test_a_corrupt_entry_found_while_reading_is_deleted_and_counted(store: Store
     assert not store.contains(key) and not path.exists() and store.stats().corrupt == 1
 
 
+def test_an_entry_swapped_with_another_ones_file_is_deleted_at_open(store: Store, tmp_path: Path) -> None:
+    first, second = put(store, [5] * 8).key(), put(store, [6] * 8).key()
+    a, b = tmp_path / f"{first}.kv", tmp_path / f"{second}.kv"
+    data = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(data)
+    assert store.open_read(first) is None and store.open_read(second) is None
+    assert not store.contains(first) and not store.contains(second) and store.stats().corrupt == 2
+
+
 def test_verify_deletes_and_reports_only_the_bad_entries(store: Store, tmp_path: Path) -> None:
     good, bad = put(store, [1] * 8).key(), put(store, [2] * 8).key()
     path = tmp_path / f"{bad}.kv"
