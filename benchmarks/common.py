@@ -74,7 +74,7 @@ def machine() -> str:
     from importlib.metadata import version
 
     return (f"{platform.node()}: {cpu_model()}, {os.cpu_count()} CPUs, {memory_gib():.0f} GiB, "
-            f"{platform.machine()}, load average {load:.1f} at the start; Python {platform.python_version()}, "
+            f"{platform.machine()}, load average {load:.1f}; Python {platform.python_version()}, "
             f"llama-cpp-python {version('llama-cpp-python')}")
 
 
