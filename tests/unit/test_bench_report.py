@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +83,15 @@ def test_progress_falls_back_to_lines_without_tqdm(monkeypatch: pytest.MonkeyPat
 
 def test_cpu_model_names_something() -> None:
     assert common.cpu_model()
+
+
+def test_no_plots_without_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from reame.benchmarks import report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
+    monkeypatch.setattr(report, "_warned", [])
+    assert report.plot(tmp_path, "x.png", lambda axes: None) is None
+    assert report.plot(tmp_path, "y.png", lambda axes: None) is None
+    assert capsys.readouterr().out.count("matplotlib is not installed") == 1
+    assert not (tmp_path / "x.png").exists()
