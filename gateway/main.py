@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 from collections.abc import Sequence
 from typing import Any, Final
@@ -25,7 +26,7 @@ from reame.gateway.client import Dispatcher
 from reame.gateway.metrics import use_multiprocess
 from reame.shared.config import CONFIG_PATH_ENV, Config, ConfigError
 from reame.shared.endpoints import EndpointError, LinkKeys, link_keys
-from reame.shared.lifecycle import EXIT_BOOT_FAILURE, boot
+from reame.shared.lifecycle import EXIT_BOOT_FAILURE, boot, die_with_parent
 
 log = logging.getLogger("gateway")
 
@@ -71,6 +72,7 @@ class GatewayApplication(BaseApplication):  # type: ignore[misc]
             "proc_name": "reame-gateway",
             "control_socket_disable": True,  # one shared default path; two gateways would clash
             "worker_exit": self._worker_exit,
+            "post_fork": self._post_fork,
         }
         for key, value in settings.items():
             self.cfg.set(key, value)
@@ -83,6 +85,13 @@ class GatewayApplication(BaseApplication):  # type: ignore[misc]
             cache_address=config.cache_address if config.cache.enabled else None,
         )
         return create_app(self.config, self.dispatcher, self.keys)
+
+    @staticmethod
+    def _post_fork(server: Any, worker: Any) -> None:
+        # A worker must not outlive a master killed with SIGKILL: it would keep the listening
+        # socket while it finishes its requests, and the master the supervisor starts again
+        # would find the port in use and stop reame (found by tests/integration/test_fault_processes.py).
+        die_with_parent(signal.SIGKILL)
 
     def _worker_exit(self, server: Any, worker: Any) -> None:
         if self.dispatcher is not None:

@@ -21,14 +21,14 @@ EXIT_BOOT_FAILURE: Final = 3
 _PR_SET_PDEATHSIG: Final = 1
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGTERM this process when its parent dies (no orphans after kill -9).
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (no orphans after kill -9).
 
-    Called in the child between fork and exec (``preexec_fn``); a no-op elsewhere.
+    Called in the child between fork and exec (``preexec_fn``), or after a fork; a no-op elsewhere.
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
