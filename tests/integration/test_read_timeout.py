@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 READ_TIMEOUT_S = 0.5
 DOCUMENT = "\n\n".join(
-    f"Entry {i}. The parcel for flat {i} waits at the desk until {i % 12 + 8}:00." for i in range(150)
+    f"Entry {i}. The parcel for flat {i} waits at the desk until {i % 12 + 8}:00." for i in range(60)
 )
 
 
