@@ -256,7 +256,7 @@ class Status(_Struct, frozen=True):
     idle_workers: int
     queued: int
     running: int
-    full_prefills: int = 0  # requests that reused nothing of their prompt
+    full_prefills: int = 0  # requests that read most of their prompt (reused less than half)
     reused_from_memory: int = 0  # requests that reused the prompt their worker held
     reused_from_store: int = 0  # requests that restored a stored prefix
     affinity_waits: int = 0  # requests that waited for the worker holding their document

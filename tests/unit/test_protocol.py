@@ -28,7 +28,10 @@ MESSAGES: list[p.Message] = [
     p.Generate(request_id="r3", sampling=p.SamplingParams(), deadline=2.0, prompt="hi", cache_scope="ab" * 16),
     p.Generate(request_id="r4", sampling=p.SamplingParams(), deadline=2.0, prompt="hi", grammar='root ::= "{}"'),
     p.Delta(request_id="r1", text="héllo 🎉", tokens=2),
-    p.Delta(request_id="r1", text="hi", tokens=1, logprobs=[p.TokenLogprob(b"hi", -0.5, [(b"hi", -0.5), (b"\xe2", -2.0)])]),
+    p.Delta(
+        request_id="r1", text="hi", tokens=1,
+        logprobs=[p.TokenLogprob(b"hi", -0.5, [(b"hi", -0.5), (b"\xe2", -2.0)])],
+    ),
     p.Done(request_id="r1", finish_reason=p.FinishReason.LENGTH, prompt_tokens=3, completion_tokens=4,
            cached_tokens=2, restored_tokens=1, prompt_ms=1.25, generation_ms=9.5, queue_ms=3.5),
     p.Error(request_id="r1", code=p.ErrorCode.CONTEXT_LENGTH_EXCEEDED, message="too long", param="messages"),
