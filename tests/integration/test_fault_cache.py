@@ -94,7 +94,7 @@ def test_cachekeeper_killed_repeatedly_during_writes_loses_nothing_committed(one
     topics = TOPICS[: scale(6, 12)]
     expected = references(one_worker, topics)
     rng = random.Random(17)
-    for round_ in range(scale(3, 10)):
+    for round_ in range(scale(2, 10)):
         # New entries on their way to the disk (each reply is followed by a save)...
         for topic in topics[round_ % len(topics):][:2] + rng.sample(topics, 2):
             status, text, _ = ask(one_worker, topic)
@@ -249,7 +249,7 @@ def test_disk_full_refuses_entries_and_keeps_answering(tmp_path: Path) -> None:
         try:
             topics = TOPICS[: scale(6, 12)]
             expected = references(server, topics)
-            for _ in range(scale(2, 4)):
+            for _ in range(scale(1, 4)):
                 for topic in topics:
                     status, text, _ = ask(server, topic)
                     tally.count(sent=1, answered=int(status == 200), wrong=int(text != expected[topic]))

@@ -82,7 +82,7 @@ def serve_through(server: Server, tally: Tally, references: dict[str, str], kill
 def test_dispatcher_killed_gives_503_with_retry_after_and_recovers(own_server: Server) -> None:
     tally = Tally("4. dispatcher SIGKILL")
     references = {p: answer(own_server, p) for p in PROMPTS[:2]}
-    for _ in range(scale(2, 8)):
+    for _ in range(scale(1, 8)):
         (dispatcher,) = processes(own_server, "dispatcher")
         streaming, _ = start_stream(own_server, chat("Write a very long story.", 3000, logit_bias={"2": -100}))
         tally.count(sent=1)
@@ -110,7 +110,7 @@ def gunicorn_workers(server: Server) -> list[int]:
 def test_gateway_worker_and_master_killed_are_replaced(own_server: Server) -> None:
     tally = Tally("4. gateway SIGKILL (gunicorn worker, then master)")
     references = {p: answer(own_server, p) for p in PROMPTS[:2]}
-    for _ in range(scale(2, 6)):
+    for _ in range(scale(1, 6)):
         (victim,) = gunicorn_workers(own_server)
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()

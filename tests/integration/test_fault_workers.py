@@ -58,7 +58,7 @@ def busy_worker(server: Server, outcome: Outcome) -> int:
 def test_worker_killed_mid_stream_repeatedly(own_server: Server) -> None:
     tally = Tally("1. worker SIGKILL mid-stream")
     references = {p: answer(own_server, p) for p in PROMPTS[:2]}
-    for round_ in range(scale(3, 12)):
+    for round_ in range(scale(2, 12)):
         streaming, _ = start_stream(own_server, ENDLESS)
         tally.count(sent=1)
         assert streaming.first_token.wait(DEADLINE_S) and streaming.kind == "pending", streaming.message
@@ -88,7 +88,7 @@ def test_request_that_sent_no_token_is_redispatched_after_its_worker_is_killed(o
     """
     tally = Tally("1. worker SIGKILL before the first token (re-dispatch)")
     references = {p: answer(own_server, p) for p in PROMPTS[2:4]}
-    for round_ in range(scale(2, 8)):
+    for round_ in range(scale(1, 8)):
         busy, _ = start_stream(own_server, chat("Write a long story about a fox.", 300))
         tally.count(sent=1)
         assert busy.first_token.wait(DEADLINE_S) and busy.kind == "pending", busy.message
@@ -118,7 +118,7 @@ def test_request_that_sent_no_token_is_redispatched_after_its_worker_is_killed(o
 def test_worker_frozen_and_thawed_is_not_served_twice(own_server: Server) -> None:
     tally = Tally("2. worker SIGSTOP, then SIGCONT")
     references = {p: answer(own_server, p) for p in PROMPTS[4:6]}
-    for round_ in range(scale(2, 8)):
+    for round_ in range(scale(1, 8)):
         # One stream under way on the worker about to freeze; one request that has sent nothing.
         streaming, _ = start_stream(own_server, ENDLESS)
         tally.count(sent=1)
