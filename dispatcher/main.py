@@ -29,7 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EndpointError as err:
         log.error("cannot start: %s", err)
         return EXIT_BOOT_FAILURE
-    scheduler = Scheduler(config.server.queue_size, time.time(), lend_threads=config.workers.lend_threads)
+    scheduler = Scheduler(
+        config.server.queue_size, time.time(), lend_threads=config.workers.lend_threads,
+        affinity_slack=config.dispatcher.affinity_slack,
+    )
     broker = Broker(
         config.frontend_address, config.backend_address, scheduler, keys=keys,
         max_request_bytes=frontend_limit(config.server.max_body_bytes),

@@ -21,7 +21,8 @@ from reame.shared import protocol as p
 # Less shared text than this is read again sooner than it is worth waiting for.
 MIN_SHARE_CHARS: Final = 1024
 # A waited-for worker may still be reading the document and then has to answer;
-# waiting for it is worth up to this many times the reading it saves.
+# waiting for it is worth up to this many times the reading it saves (the default
+# of dispatcher.affinity_slack).
 AFFINITY_SLACK: Final = 2.0
 MAX_AFFINITY_WAIT_S: Final = 60.0
 # Prefill speed, in characters a second, until one is observed: about 50 tokens/s, a 1.5B
@@ -45,7 +46,8 @@ class Counters:
 class Placement:
     """The text each worker holds, the prefill speed, and the choices made from them."""
 
-    def __init__(self) -> None:
+    def __init__(self, slack: float = AFFINITY_SLACK) -> None:
+        self._slack = slack  # dispatcher.affinity_slack
         self._holds: dict[bytes, affinity.Chain] = {}
         self._rate = DEFAULT_PREFILL_CHARS_PER_S  # characters a second
         self._rate_observed = False
@@ -65,9 +67,14 @@ class Placement:
                 best, most = worker, shared
         return best, max(most, 0)
 
+    @property
+    def may_wait(self) -> bool:
+        """Tell whether a request may ever wait for a busy worker (dispatcher.affinity_slack > 0)."""
+        return self._slack > 0
+
     def wait_bound(self, gain_chars: int) -> float:
         """Return how long a request may wait for a worker that spares it reading ``gain_chars``."""
-        return min(MAX_AFFINITY_WAIT_S, AFFINITY_SLACK * gain_chars / self._rate)
+        return min(MAX_AFFINITY_WAIT_S, self._slack * gain_chars / self._rate)
 
     def assigned(self, worker: bytes, chain: affinity.Chain) -> None:
         """Note that ``worker`` is reading ``chain`` now."""

@@ -38,7 +38,7 @@ from typing import Final
 import msgspec
 
 from reame.dispatcher import affinity, threads
-from reame.dispatcher.placement import MIN_SHARE_CHARS, Placement
+from reame.dispatcher.placement import AFFINITY_SLACK, MIN_SHARE_CHARS, Placement
 from reame.dispatcher.state import Dest, Request, Send, Worker, error
 from reame.shared import protocol as p
 
@@ -61,6 +61,7 @@ class Scheduler:
         interval: float = p.HEARTBEAT_INTERVAL_S,
         liveness: int = p.HEARTBEAT_LIVENESS,
         lend_threads: bool = False,
+        affinity_slack: float = AFFINITY_SLACK,
     ) -> None:
         self._lend = lend_threads
         self._queue_size = queue_size
@@ -71,7 +72,7 @@ class Scheduler:
         self._requests: dict[str, Request] = {}
         self._queue: collections.OrderedDict[str, None] = collections.OrderedDict()  # FIFO
         self._heartbeat_at = now + interval
-        self.placement = Placement()
+        self.placement = Placement(affinity_slack)
 
     @property
     def next_heartbeat_at(self) -> float:
@@ -288,7 +289,7 @@ class Scheduler:
         best_idle, idle_share = placement.best(self._idle, request.chain)  # oldest first wins a tie
         busy = (w for w in self._workers if w not in self._idle)
         holder, held = placement.best(busy, request.chain)
-        if holder is not None and held - idle_share >= MIN_SHARE_CHARS and can_wait:
+        if holder is not None and held - idle_share >= MIN_SHARE_CHARS and can_wait and placement.may_wait:
             if request.prefer != holder:
                 request.prefer = holder
                 request.prefer_until = now + placement.wait_bound(held - idle_share)

@@ -99,6 +99,7 @@ class WorkersConfig:
 class DispatcherConfig:
     frontend: str = key(_address, "")
     backend: str = key(_address, "")
+    affinity_slack: float = key(_float(0.0, 100.0), "2.0")
 
 
 @dataclasses.dataclass(frozen=True)

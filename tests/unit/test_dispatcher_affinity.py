@@ -197,3 +197,22 @@ def test_another_scope_is_not_steered_to_the_worker_holding_the_document(sched: 
     sched.worker_message(W1, done("r1"), T0 + 1.5)
     # W2 has been idle longer, but W1 holds key A's document.
     assert sent_to(sched.client_message(GW, keyed("r3", "key-a"), T0 + 2)) == {"r3": W1}
+
+
+def test_no_slack_means_no_waiting() -> None:
+    sched = Scheduler(queue_size=8, now=T0, interval=1e6, affinity_slack=0.0)
+    for identity in (W1, W2):
+        sched.worker_message(identity, p.Ready(worker_id="w", pid=1, model="m", n_ctx=4096), T0)
+    sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)
+    assert sent_to(sched.client_message(GW, ask("r2", DOC, "Q2?"), T0)) == {"r2": W2}
+    assert sched.placement.counters.affinity_waits == 0
+
+
+def test_a_larger_slack_waits_longer() -> None:
+    sched = Scheduler(queue_size=8, now=T0, interval=1e6, affinity_slack=AFFINITY_SLACK * 2)
+    for identity in (W1, W2):
+        sched.worker_message(identity, p.Ready(worker_id="w", pid=1, model="m", n_ctx=4096), T0)
+    sched.client_message(GW, ask("r1", DOC, "Q1?"), T0)
+    assert sched.client_message(GW, ask("r2", DOC, "Q2?"), T0) == []
+    bound = AFFINITY_SLACK * len(DOC) / DEFAULT_PREFILL_CHARS_PER_S
+    assert sent_to(sched.purge_expired(T0 + min(bound * 1.5, MAX_AFFINITY_WAIT_S - 1))) == {}
