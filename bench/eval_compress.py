@@ -10,17 +10,24 @@ Over an eval directory (``docs/*.txt`` and ``questions.jsonl``, see its README):
    and the ceiling for ``facts``: the tokens of the sentences it must keep (those with
    a number, a negation or a condition), alone and in note style.
 3. Exam accuracy through a real `reame serve` (started here, or ``--url``), with
-   compression off, lossless and facts in one run: each question is asked with the
+   compression off, lossless, facts, query and auto in one run (``--modes``; each mode
+   with its own cache salt, so no mode reuses another's KV state): each question is asked with the
    document as the system message and the question plus an instruction to answer
    briefly as the user message, greedy. Only the first non-empty line of the reply is
    graded: OK (accept matches, reject does not), HALLU (reject matches), MISS.
-   Time to first token is measured per request: "cold" is each document's first
-   question in a mode (the whole prompt is read), "warm" the others (the document's
-   KV state comes from the persistent cache).
+   Time to first token is measured per request: "first" is each document's first
+   question in a mode (the whole prompt is read), "later" the others (the document's
+   KV state comes from the cache). "read" is what the model read per question
+   (prompt less cached tokens); "crit wrong" counts critical questions not answered OK.
+
+``--extra FILE`` adds questions about the same documents (``bench/hard_questions.jsonl``:
+near-miss numbers, negations, conditions, facts far from the question's words);
+``--extra-only`` asks only those.
 
     .venv/bin/python -m bench.eval_compress [--eval DIR] [--model PATH] [--limit N]
                                             [--url URL] [--no-exam] [--json FILE]
-                                            [--instruction TEXT]
+                                            [--instruction TEXT] [--modes off,auto]
+                                            [--extra FILE [--extra-only]]
 
 Prints tables; a benchmark, not a test.
 """
@@ -42,7 +49,7 @@ from typing import Any
 import openai
 
 from reame.benchmarks.server import start_server
-from reame.gateway.compress import compress
+from reame.gateway.compress import compress, excerpts
 from reame.gateway.compress.facts import is_hard
 from reame.gateway.compress.messages import Policy, compress_messages
 from reame.gateway.compress.segment import Kind, sentences, split_lines
@@ -54,8 +61,9 @@ from reame.shared.protocol import ChatMessage
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_EVAL = REPO.parent / "shared" / "eval"
-RETENTION_MODES = ("lossless", "facts", "query")
-EXAM_MODES = ("off", "lossless", "facts")
+RETENTION_MODES = ("lossless", "facts", "query", "auto")
+EXAM_MODES = ("off", "lossless", "facts", "query", "auto")
+HARD_QUESTIONS = REPO / "bench" / "hard_questions.jsonl"
 INSTRUCTION = "Answer in a few words, on one line, using only the document."
 MAX_TOKENS = 32
 
@@ -88,6 +96,8 @@ class Answer:
     cold: bool
     prompt_tokens: int
     uncompressed_tokens: int
+    cached_tokens: int = 0
+    compression: str = ""
 
 
 def flat(text: str) -> str:
@@ -104,10 +114,18 @@ def grade(question: Question, reply: str) -> str:
     return "MISS"
 
 
-def load_exam(directory: Path, limit: int | None) -> tuple[dict[str, str], list[Question]]:
+def read_questions(path: Path) -> list[Question]:
+    return [Question(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def load_exam(
+    directory: Path, limit: int | None, extra: Path | None = None, extra_only: bool = False
+) -> tuple[dict[str, str], list[Question]]:
     docs = {path.name: path.read_text(encoding="utf-8") for path in sorted((directory / "docs").glob("*.txt"))}
-    questions = [Question(**json.loads(line)) for line in (directory / "questions.jsonl").read_text().splitlines()
-                 if line.strip()]
+    questions = [] if extra_only else read_questions(directory / "questions.jsonl")
+    if extra is not None:
+        questions += read_questions(extra)
+        docs = {name: text for name, text in docs.items() if any(q.doc == name for q in questions)}
     if limit is not None:
         per_doc: dict[str, int] = {}
         kept = []
@@ -126,7 +144,7 @@ def retention(docs: dict[str, str], questions: list[Question], tokenizer: Tokeni
     for mode in RETENTION_MODES:
         tokens, times, kept, lost = 0, [], {True: [0, 0], False: [0, 0]}, []
         compressed: dict[str, str] = {}
-        if mode != "query":
+        if mode not in ("query", "auto"):
             for name, text in docs.items():
                 start = time.perf_counter()
                 compressed[name] = compress(text, mode)
@@ -139,6 +157,12 @@ def retention(docs: dict[str, str], questions: list[Question], tokenizer: Tokeni
                 text = compress(docs[q.doc], mode, question=q.question, budget=budget, count=tokenizer.count)
                 times.append(time.perf_counter() - start)
                 query_tokens.append(tokenizer.count(text) / tokenizer.count(docs[q.doc]))
+            elif mode == "auto":  # the facts document, then the excerpts restated for this question
+                start = time.perf_counter()
+                quoted = excerpts(docs[q.doc], q.question, budget // 2, tokenizer.count)
+                text = compress(docs[q.doc], "facts") + "\n\n" + quoted
+                times.append(time.perf_counter() - start)
+                query_tokens.append(tokenizer.count(text) / tokenizer.count(docs[q.doc]))
             else:
                 text = compressed[q.doc]
             hit = flat(q.fact) in flat(text)
@@ -146,11 +170,11 @@ def retention(docs: dict[str, str], questions: list[Question], tokenizer: Tokeni
             kept[q.critical][1] += 1
             if not hit:
                 lost.append(q.id)
-        ratio = statistics.mean(query_tokens) if mode == "query" else tokens / original
+        ratio = statistics.mean(query_tokens) if query_tokens else tokens / original
         rows[mode] = {
             "critical_retained": kept[True][0], "critical_total": kept[True][1],
             "all_retained": kept[True][0] + kept[False][0], "all_total": kept[True][1] + kept[False][1],
-            "lost": lost, "token_ratio": ratio, "tokens": tokens if mode != "query" else None,
+            "lost": lost, "token_ratio": ratio, "tokens": None if query_tokens else tokens,
             "ms_per_doc": 1000 * statistics.median(times),
         }
     rows["original_tokens"] = original
@@ -231,7 +255,9 @@ def ask(
         messages=[{"role": "system", "content": document},
                   {"role": "user", "content": f"{question.question}\n{instruction}"}],
         temperature=0, max_tokens=MAX_TOKENS, stream=True, stream_options={"include_usage": True},
-        extra_body={"reame": {"compress": mode}},
+        # A cache salt per mode: facts and auto send the same document, and auto's first
+        # question must not find it read by facts. No answer cache: every answer is generated.
+        extra_body={"reame": {"compress": mode, "cache_salt": f"eval-{mode}", "answer_cache": False}},
     )
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
@@ -242,19 +268,25 @@ def ask(
     return "".join(parts), (first or time.perf_counter()) - start, usage
 
 
-def exam(url: str, docs: dict[str, str], questions: list[Question], instruction: str) -> list[Answer]:
+def exam(
+    url: str, docs: dict[str, str], questions: list[Question], instruction: str, modes: list[str]
+) -> list[Answer]:
     client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=900)
     answers = []
     for name in docs:
-        for mode in EXAM_MODES:
+        for mode in modes:
             for i, q in enumerate(q for q in questions if q.doc == name):
                 text, ttft, usage = ask(client, docs[name], q, mode, instruction)
                 extra = (usage.model_extra or {}).get("reame", {}) if usage is not None else {}
                 answers.append(Answer(
                     q, mode, text, grade(q, text), ttft, i == 0,
                     usage.prompt_tokens if usage else 0, extra.get("uncompressed_prompt_tokens", 0),
+                    usage.prompt_tokens - extra.get("read_tokens", usage.prompt_tokens) if usage else 0,
+                    extra.get("compression", ""),
                 ))
-                print(f"{q.id:10} {mode:8} {answers[-1].grade:5} {ttft:6.2f}s  {text.strip()[:60]!r}", flush=True)
+                a = answers[-1]
+                print(f"{q.id:10} {mode:8} {a.grade:5} {ttft:6.2f}s read {a.prompt_tokens - a.cached_tokens:5} "
+                      f"{text.strip()[:60]!r}", flush=True)
     return answers
 
 
@@ -273,11 +305,11 @@ def print_retention(rows: dict[str, Any]) -> None:
               f"{100 * (1 - r['token_ratio']):>10.1f}%{r['ms_per_doc']:>9.1f}  {' '.join(r['lost']) or '-'}")
 
 
-def print_exam(answers: list[Answer]) -> None:
+def print_exam(answers: list[Answer], modes: list[str]) -> None:
     print("\nExam through the server (first non-empty line graded)")
-    print(f"{'mode':10}{'OK':>14}{'MISS':>8}{'HALLU':>7}{'critical OK':>16}{'prompt tok':>12}"
-          f"{'TTFT cold':>11}{'TTFT warm':>11}")
-    for mode in EXAM_MODES:
+    print(f"{'mode':10}{'OK':>14}{'MISS':>8}{'HALLU':>7}{'critical OK':>16}{'crit wrong':>11}{'prompt tok':>12}"
+          f"{'read first':>11}{'read later':>11}{'TTFT first':>11}{'TTFT later':>11}")
+    for mode in modes:
         mine = [a for a in answers if a.mode == mode]
         if not mine:
             continue
@@ -285,10 +317,15 @@ def print_exam(answers: list[Answer]) -> None:
         counts = {g: sum(a.grade == g for a in mine) for g in ("OK", "MISS", "HALLU")}
         cold = [a.ttft_s for a in mine if a.cold]
         warm = [a.ttft_s for a in mine if not a.cold]
+        read_first = [a.prompt_tokens - a.cached_tokens for a in mine if a.cold]
+        read_later = [a.prompt_tokens - a.cached_tokens for a in mine if not a.cold]
         print(f"{mode:10}{percent(counts['OK'], len(mine)):>14}{counts['MISS']:>8}{counts['HALLU']:>7}"
               f"{percent(sum(a.grade == 'OK' for a in crit), len(crit)):>16}"
+              f"{sum(a.grade != 'OK' for a in crit):>11}"
               f"{statistics.mean(a.prompt_tokens for a in mine):>12.0f}"
-              f"{statistics.median(cold):>10.2f}s" + (f"{statistics.median(warm):>10.2f}s" if warm else f"{'-':>11}"))
+              f"{statistics.median(read_first):>11.0f}"
+              + (f"{statistics.median(read_later):>11.0f}" if read_later else f"{'-':>11}")
+              + f"{statistics.median(cold):>10.2f}s" + (f"{statistics.median(warm):>10.2f}s" if warm else f"{'-':>11}"))
 
 
 def main() -> None:
@@ -298,6 +335,10 @@ def main() -> None:
     parser.add_argument("--url", help="base URL of a running server (…/v1) instead of starting one")
     parser.add_argument("--limit", type=int, help="only the first N questions of each document")
     parser.add_argument("--no-exam", action="store_true", help="retention and reduction only, no server")
+    parser.add_argument("--modes", default=",".join(EXAM_MODES), help="exam modes, comma-separated, in this order")
+    parser.add_argument("--extra", type=Path, nargs="?", const=HARD_QUESTIONS,
+                        help=f"also ask the questions of this file (default {HARD_QUESTIONS.name})")
+    parser.add_argument("--extra-only", action="store_true", help="ask only the --extra questions")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2, help="threads per worker")
     parser.add_argument("--json", type=Path, help="also write every result to this file")
@@ -311,7 +352,8 @@ def main() -> None:
     path = model_path(config)
     tokenizer = Tokenizer(path)
     tokenizer.load()
-    docs, questions = load_exam(args.eval, args.limit)
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    docs, questions = load_exam(args.eval, args.limit, args.extra, args.extra_only)
     print(f"model: {path.name}; {len(docs)} documents, {len(questions)} questions"
           + (f" (first {args.limit} per document)" if args.limit else ""))
     rows = retention(docs, questions, tokenizer, config.compress.query_budget)
@@ -324,18 +366,19 @@ def main() -> None:
     answers: list[Answer] = []
     if not args.no_exam:
         with server_url(args.url, args.model, args.workers, args.threads) as url:
-            answers = exam(url, docs, questions, args.instruction)
+            answers = exam(url, docs, questions, args.instruction, modes)
         cold = [a for a in answers if a.mode == "off" and a.cold]
         if cold:
             rates["measured: off, cold"] = sum(a.prompt_tokens for a in cold) / sum(a.ttft_s for a in cold)
         print_retention(rows)
         print_cost(spent, rates)
-        print_exam(answers)
+        print_exam(answers, modes)
     if args.json:
         args.json.write_text(json.dumps({
             "model": path.name, "retention": rows, "ceiling": bound, "cost": spent, "prefill_rates": rates,
             "answers": [{"id": a.question.id, "mode": a.mode, "grade": a.grade, "text": a.text, "ttft_s": a.ttft_s,
-                         "cold": a.cold, "prompt_tokens": a.prompt_tokens,
+                         "cold": a.cold, "prompt_tokens": a.prompt_tokens, "cached_tokens": a.cached_tokens,
+                         "compression": a.compression,
                          "uncompressed_prompt_tokens": a.uncompressed_tokens} for a in answers],
         }, indent=1))
 

@@ -129,6 +129,7 @@ class ReplayCall(Call):
         self.request = request
         self.finished = False
         self.saved_tokens = 0
+        self.compression = ""
         self.observer = None
         self._reply = list(reply)
 

@@ -45,7 +45,7 @@ class ChoicesStream(ChatStream):
                     entries = message.logprobs if m.logprobs else None
                     yield self._event(index, {"content": message.text}, None, choice_logprobs(entries))
                 message = next_message(call, self._record)
-            self._usage += choice_usage(message, call.saved_tokens, index)
+            self._usage += choice_usage(message, call.saved_tokens, index, call.compression)
             yield self._event(index, {}, message.finish_reason.value)
         if m.include_usage:
             yield sse.event(

@@ -43,9 +43,9 @@ def seeded(sampling: SamplingParams, index: int) -> SamplingParams:
     return msgspec.structs.replace(sampling, seed=seed - _U64 if seed >= _U64 else seed)
 
 
-def choice_usage(done: Done, saved_tokens: int, index: int) -> Usage:
+def choice_usage(done: Done, saved_tokens: int, index: int, compression: str = "") -> Usage:
     """Return what choice ``index`` adds to the usage: the prompt only for the first."""
-    usage = Usage.from_done(done, saved_tokens)
+    usage = Usage.from_done(done, saved_tokens, compression)
     if index == 0:
         return usage
     return Usage(

@@ -124,6 +124,7 @@ class Call:
         # Prompt tokens that compression saved before sending: reported as
         # usage.reame.uncompressed_prompt_tokens - prompt_tokens.
         self.saved_tokens = 0
+        self.compression = ""  # the compression mode of the prompt sent: usage.reame.compression
         # Sees each Delta and Done before it is returned, and may replace it (gateway.answers records them).
         self.observer: Callable[[protocol.Delta | protocol.Done], protocol.Delta | protocol.Done] | None = None
         self._socket = socket

@@ -178,7 +178,8 @@ class _Generation:
             generate, options.answer_cache, lambda: self.dispatcher.open(generate, disconnect_probe(req.env))
         )
         call.saved_tokens = compressed.saved_tokens
-        request_log(req).compressed(options.compress or compressor.settings.mode, compressed.saved_tokens)
+        call.compression = options.compress or compressor.settings.mode
+        request_log(req).compressed(call.compression, compressed.saved_tokens)
         return call
 
     @staticmethod
@@ -232,7 +233,7 @@ class ChatCompletions(_Generation):
             entries: list[protocol.TokenLogprob] | None = None if request.logprobs is None else []
             with call:
                 text, done = collect(call, first, record, entries)
-            usage += choice_usage(done, call.saved_tokens, index)
+            usage += choice_usage(done, call.saved_tokens, index, call.compression)
             choice = responses.chat_choice(index, text, done.finish_reason.value, choice_logprobs(entries))
             body["choices"].append(as_tool_call(choice, text, request.tools, done.finish_reason == "stop"))
         body["usage"] = usage.to_dict()
@@ -275,7 +276,7 @@ class Completions(_Generation):
                 index, prompt + text if request.echo else text, done.finish_reason.value,
                 None if entries is None else legacy(entries),
             ))
-            usage += Usage.from_done(done, call.saved_tokens)
+            usage += Usage.from_done(done, call.saved_tokens, call.compression)
         send_json(resp, responses.text_completion(response_id, meta.created, s.model, choices, usage))
 
 

@@ -43,20 +43,23 @@ class Usage:
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
     answer_cache: str = ""  # "hit", "miss", or "" when the answer cache was not consulted (gateway.answers)
+    compression: str = ""  # the compression mode the prompt was sent in; "" when not known
 
     @classmethod
-    def from_done(cls, done: Done, saved_tokens: int = 0) -> Usage:
+    def from_done(cls, done: Done, saved_tokens: int = 0, compression: str = "") -> Usage:
         """Build the usage of one generation; ``saved_tokens`` is what the gateway's compression saved."""
         return cls(
             done.prompt_tokens, done.completion_tokens, done.cached_tokens, done.prompt_tokens + saved_tokens,
-            done.draft_tokens, done.accepted_draft_tokens, done.answer_cache,
+            done.draft_tokens, done.accepted_draft_tokens, done.answer_cache, compression,
         )
 
     def __add__(self, other: Usage) -> Usage:
-        counts = zip(dataclasses.astuple(self)[:-1], dataclasses.astuple(other)[:-1], strict=True)
+        numbers = len(_COUNTS)
+        counts = zip(dataclasses.astuple(self)[:numbers], dataclasses.astuple(other)[:numbers], strict=True)
         # Several generations (n, prompts) are a hit only if every one that consulted the cache was.
         answers = {self.answer_cache, other.answer_cache} - {""}
         summed = Usage(*(a + b for a, b in counts))
+        summed = dataclasses.replace(summed, compression=self.compression or other.compression)
         return dataclasses.replace(summed, answer_cache=max(answers)) if answers else summed  # "miss" > "hit"
 
     def to_dict(self) -> Json:
@@ -67,11 +70,18 @@ class Usage:
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
             "reame": {
                 "uncompressed_prompt_tokens": self.uncompressed_prompt_tokens,
+                # What the model read for this request: the prompt less what the KV cache restored.
+                "read_tokens": self.prompt_tokens - self.cached_tokens,
+                **({"compression": self.compression} if self.compression else {}),
                 "draft_tokens": self.draft_tokens,
                 "accepted_draft_tokens": self.accepted_draft_tokens,
                 **({"answer_cache": self.answer_cache} if self.answer_cache else {}),
             },
         }
+
+
+# Usage's summed fields: the counts before its strings.
+_COUNTS: Final = tuple(f.name for f in dataclasses.fields(Usage) if f.type in (int, "int"))
 
 
 @dataclasses.dataclass(frozen=True)

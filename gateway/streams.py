@@ -132,7 +132,7 @@ class SSEStream:
                 self._delta = message  # for a chunk that also carries the Delta's logprobs
                 yield chunk(message.text)
             message = next_message(call, self._record)
-        self._usage += Usage.from_done(message, call.saved_tokens)
+        self._usage += Usage.from_done(message, call.saved_tokens, call.compression)
         return message
 
 

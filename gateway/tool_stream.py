@@ -34,7 +34,7 @@ class ToolStream(ChatStream):
         while isinstance(message, Delta):
             parts.append(message.text)
             message = next_message(self._call, self._record)
-        self._usage += Usage.from_done(message, self._call.saved_tokens)
+        self._usage += Usage.from_done(message, self._call.saved_tokens, self._call.compression)
         text = "".join(parts)
         calls = parse_call(text, self._tools) if message.finish_reason == FinishReason.STOP else None
         if calls is None:

@@ -20,12 +20,14 @@ class SpeculativeMode(enum.StrEnum):
 
 
 class CompressMode(enum.StrEnum):
-    """How the gateway compresses long message contents; each mode includes the one before."""
+    """How the gateway compresses long message contents; each mode up to ``query`` includes the one before."""
 
     OFF = "off"
     LOSSLESS = "lossless"
     FACTS = "facts"
     QUERY = "query"  # depends on the question, so not cache-stable
+    # The document as ``facts`` (cache-stable), plus query's excerpts restated before the question.
+    AUTO = "auto"
 
 
 def choices(modes: type[enum.StrEnum]) -> str:

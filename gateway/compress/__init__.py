@@ -9,7 +9,10 @@ Modes (shared.modes.CompressMode), each including the one before:
   hold a fact, and :mod:`telegraph` says what is kept in note style. No number,
   negation or condition is ever dropped or altered;
 - ``query``: :mod:`query` keeps, of the facts, what is relevant to a question, under a
-  token budget. Depends on the question, so it is not cache-stable.
+  token budget. Depends on the question, so it is not cache-stable;
+- ``auto``: a text is compressed as in ``facts``; :mod:`messages` adds, before the
+  final question, the lines of the original text that ``query`` ranks relevant
+  (:func:`excerpts`), so the document stays cache-stable.
 
 ``off``, ``lossless`` and ``facts`` are pure functions of the text: a document
 compresses to the same bytes whatever question follows it, so its KV cache can be
@@ -33,6 +36,7 @@ from reame.gateway.compress.facts import facts
 from reame.gateway.compress.fixpoint import Overtime, fixpoint
 from reame.gateway.compress.normalize import looks_like_code, normalize
 from reame.gateway.compress.query import rank
+from reame.gateway.compress.segment import Kind, sentences, split_lines
 from reame.gateway.compress.telegraph import telegraph
 from reame.shared.modes import CompressMode, choices
 
@@ -47,6 +51,9 @@ MAX_PASSES: Final = 4
 FACTS_MAX_CHARS: Final = 256 * 1024
 MAX_CHARS: Final = 1024 * 1024
 TIME_BUDGET_S: Final = 5.0
+# auto's excerpts split paragraph lines longer than this into sentences; a shorter line
+# is one fact already ("1. Rental rates" is not two sentences).
+SPLIT_CHARS: Final = 160
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +76,8 @@ def compress(
     deadline = time.monotonic() + TIME_BUDGET_S
     capped = len(text) > FACTS_MAX_CHARS
     # The facts rules know English words only: in another language a negation would look like filler.
+    if mode == CompressMode.AUTO:
+        mode = CompressMode.FACTS  # the document part; the excerpts are added by messages
     stage = _lossless if mode == CompressMode.LOSSLESS or capped or not lexicon.is_english(text) else _facts
     try:
         out = fixpoint(stage, text, MAX_PASSES, deadline)
@@ -80,6 +89,37 @@ def compress(
         log.warning("compression of %d characters ran past %.0f s: sent lossless", len(text), TIME_BUDGET_S)
         return over.text if stage is _lossless else _lossless(text)
     return out
+
+
+def excerpts(
+    text: str, question: str, budget: int, count: Callable[[str], int] | None = None
+) -> str:
+    """Return the lines of ``text`` relevant to ``question``, at most ``budget`` tokens ("" when none are).
+
+    Ranked over the ``lossless`` form, not ``facts``: every word of the original is
+    there to match the question, and the model reads each fact as the document said it.
+    """
+    if not text.strip() or len(text) > MAX_CHARS or looks_like_code(text):
+        return ""
+    deadline = time.monotonic() + TIME_BUDGET_S
+    try:
+        base = fixpoint(_lossless, text, MAX_PASSES, deadline)
+    except Overtime as over:
+        base = over.text
+    return rank(_one_sentence_a_line(base), question, budget, count or approximate_tokens, relevant_only=True).strip()
+
+
+def _one_sentence_a_line(text: str) -> str:
+    """Put each sentence of a paragraph line on its own line, so an excerpt is the sentence that matters.
+
+    A paragraph of six sentences would cost the whole excerpt budget for the one that
+    answers; the sentences stay consecutive, so their neighbours still count.
+    """
+    out: list[str] = []
+    for line in split_lines(text):
+        split = line.kind in (Kind.TEXT, Kind.ITEM) and len(line.text) > SPLIT_CHARS
+        out.extend(sentences(line.text) if split else [line.text])
+    return "\n".join(out)
 
 
 def approximate_tokens(text: str) -> int:

@@ -25,10 +25,13 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-from reame.gateway.compress import compress
+from reame.gateway.compress import compress, excerpts
+from reame.shared.modes import CompressMode
 from reame.shared.protocol import ChatMessage
 
 COMPRESSED_ROLES: Final = frozenset({"system", "user", "tool"})
+# ``auto`` restates the relevant lines under this heading, just before the final question.
+EXCERPTS_HEADING: Final = "Relevant excerpts:"
 _PARAGRAPH_BREAK: Final = re.compile(r"\n[ \t]*\n\s*")
 _LINE_BREAK: Final = re.compile(r"\n\s*")
 
@@ -74,6 +77,15 @@ def split_question(text: str, policy: Policy) -> tuple[str, str, str]:
     return text[: last.start()], last.group(0), text[last.end():]
 
 
+def question_of(content: str, policy: Policy) -> str:
+    """Return what ``query`` and ``auto`` rank by: a short user message whole, else its final question.
+
+    A short message holds no document, so all of it is the question, instruction lines
+    ("Answer briefly.") included; split_question's last line would be the instruction alone.
+    """
+    return content if not policy.long(content) else split_question(content, policy)[2]
+
+
 def compress_messages(messages: list[ChatMessage], policy: Policy, *, warm: bool = False) -> Result:
     """Compress the long contents of a chat request (see the module doc)."""
     if policy.mode == "off":
@@ -81,19 +93,49 @@ def compress_messages(messages: list[ChatMessage], policy: Policy, *, warm: bool
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     question = ""
     if last_user >= 0 and not warm:
-        question = split_question(messages[last_user].content, policy)[2]
+        question = question_of(messages[last_user].content, policy)
     saved = 0
+    sources: list[str] = []  # auto: the original documents the excerpts are taken from
     out: list[ChatMessage] = []
     for i, message in enumerate(messages):
         content = message.content
         if message.role in COMPRESSED_ROLES and policy.long(content):
             has_question = i == last_user and not warm
             new, delta = _compress(content, policy, question, has_question)
+            sources.append(split_question(content, policy)[0] if has_question else content)
             if new != content:
                 message = dataclasses.replace(message, content=new)
                 saved += delta
         out.append(message)
+    if policy.mode == CompressMode.AUTO and question and sources:
+        quoted = _excerpts(sources, question, policy)
+        if quoted:
+            message = out[last_user]
+            out[last_user] = dataclasses.replace(message, content=with_excerpts(message.content, quoted, question))
+            # The restated lines cost tokens: what auto saved is what facts saved minus them (never below 0:
+            # the counters only grow).
+            saved = max(0, saved - policy.count(quoted) - policy.count(EXCERPTS_HEADING) - 1)
     return Result(saved_tokens=saved, messages=out)
+
+
+def with_excerpts(content: str, quoted: str, final: str) -> str:
+    """Put ``quoted`` under its heading right before ``final``, the question that ends ``content``.
+
+    What comes before is left byte for byte as it was, so a document sent in the last
+    user message still starts the prompt the same way whatever the question.
+    """
+    head = content[: len(content) - len(final)] if content.endswith(final) else content + "\n\n"
+    return f"{head}{EXCERPTS_HEADING}\n{quoted}\n\n{final}"
+
+
+def _excerpts(sources: list[str], question: str, policy: Policy) -> str:
+    """Return the lines of the original documents that query ranks relevant to ``question``."""
+    return excerpts("\n\n".join(sources), question, excerpt_budget(policy), policy.count)
+
+
+def excerpt_budget(policy: Policy) -> int:
+    """Tokens of excerpts ``auto`` restates: half of query's budget, so a later question reads a few hundred."""
+    return max(1, policy.query_budget // 2)
 
 
 def compress_prompt(prompt: str, policy: Policy, *, warm: bool = False) -> Result:
@@ -102,7 +144,13 @@ def compress_prompt(prompt: str, policy: Policy, *, warm: bool = False) -> Resul
         return Result(prompt=prompt)
     question = "" if warm else split_question(prompt, policy)[2]
     new, saved = _compress(prompt, policy, question, not warm)
-    return Result(saved_tokens=saved if new != prompt else 0, prompt=new)
+    saved = saved if new != prompt else 0
+    if policy.mode == CompressMode.AUTO and question:
+        quoted = _excerpts([split_question(prompt, policy)[0]], question, policy)
+        if quoted:
+            new = with_excerpts(new, quoted, question)
+            saved = max(0, saved - policy.count(quoted) - policy.count(EXCERPTS_HEADING) - 1)
+    return Result(saved_tokens=saved, prompt=new)
 
 
 def _compress(text: str, policy: Policy, question: str, has_question: bool) -> tuple[str, int]:

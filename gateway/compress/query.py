@@ -12,8 +12,10 @@ unchanged. Otherwise every line is scored against the question:
 
 Lines are taken best first (ties, and lines sharing nothing with the question: in
 document order) while they fit the budget, each with the headings above it so it
-keeps its context, and printed in document order. Words
-are compared lower-cased, with a crude plural/inflection folding ("days" = "day").
+keeps its context, and printed in document order. A line next to a hit in its
+paragraph gets half the hit's score, since a fact is often stated beside the line
+that names it. Words are compared lower-cased, stemmed, and with the common business
+words of a group taken as one (:mod:`synonyms`: "fee" = "cost" = "price").
 
 The result depends on the question, so it is never cache-stable: for one-off questions.
 """
@@ -25,10 +27,13 @@ import re
 from collections.abc import Callable
 from typing import Final
 
+from reame.gateway.compress import synonyms
 from reame.gateway.compress.facts import is_hard
 from reame.gateway.compress.segment import Kind, Line, join, section_ends, split_lines
 
 HARD_BONUS: Final = 0.5
+# What a line next to a hit gets of the hit's score (see _with_neighbours).
+NEIGHBOUR_SHARE: Final = 0.5
 # A line is scored with the text of the headings above it. When those texts, summed
 # over the lines, exceed this many times the document (a long heading above many
 # lines: only a hostile input has that), each line's words are counted once and the
@@ -39,6 +44,8 @@ _SAME: Final = {
     "tel": "phone", "telephone": "phone", "mobile": "phone", "e-mail": "email", "mail": "email",
     "web": "website", "site": "website", "www": "website", "addr": "address",
 }
+# Words that say how to answer, not what about ("Answer in a few words, using only the document").
+_FRAMING_WORDS: Final = "answer brief briefly short word words sentence line lines document text using only few please"
 _WORD: Final = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)?")
 _STOPWORDS: Final = frozenset("""
 a about after all also am an and any are as at be been before but by can could did do does doing for from
@@ -47,12 +54,17 @@ they this those to up us was we were what when where which while who whom why wi
 """.split())  # noqa: SIM905 - a word list reads better as text
 
 
-def rank(text: str, question: str, budget: int, count: Callable[[str], int]) -> str:
-    """Return the lines of ``text`` most relevant to ``question`` that fit ``budget`` tokens."""
-    if budget <= 0 or count(text) <= budget:
+def rank(text: str, question: str, budget: int, count: Callable[[str], int], *, relevant_only: bool = False) -> str:
+    """Return the lines of ``text`` most relevant to ``question`` that fit ``budget`` tokens.
+
+    With ``relevant_only`` (``auto``'s excerpts, which restate lines the model also reads
+    in the document) lines that share nothing with the question are never taken, and a
+    text within the budget is ranked too.
+    """
+    if budget <= 0 or (count(text) <= budget and not relevant_only):
         return text
     lines = split_lines(text)
-    asked = terms(question)
+    asked = terms(question) - _FRAMING
     units = _units(lines)
     parents = _parents(lines)
     if sum(len(lines[h].text) + 1 for unit in units for h in parents[unit[0]]) <= PARENT_TEXT_FACTOR * len(text):
@@ -62,6 +74,7 @@ def rank(text: str, question: str, budget: int, count: Callable[[str], int]) -> 
         scores = [score(text, asked, weights) for text in texts]
     else:
         scores = _scores_linear(lines, units, parents, asked)
+    scores = _with_neighbours(units, scores)
     sizes: dict[int, int] = {}  # a heading is counted once, however many lines it heads
     chosen: set[int] = set()
     used = 0
@@ -71,11 +84,31 @@ def rank(text: str, question: str, budget: int, count: Callable[[str], int]) -> 
             if j not in sizes:
                 sizes[j] = count(lines[j].text) + 1
         cost = sum(sizes[j] for j in new)
-        if used + cost > budget:
+        if used + cost > budget or (relevant_only and scores[u] <= 0):
             continue
         chosen.update(new)
         used += cost
     return join(_with_breaks(lines, chosen))
+
+
+def _with_neighbours(units: list[list[int]], scores: list[float]) -> list[float]:
+    """Give a line part of the score of the lines next to it in its paragraph.
+
+    A fact is often stated beside the line that names it ("Opening season:" then
+    "1 April - 31 October"), so a neighbour of a hit is worth NEIGHBOUR_SHARE of it.
+    Only the own scores spread, one line each way: a paragraph is not taken whole.
+    """
+    out = list(scores)
+    for u in range(len(units)):
+        for v in (u - 1, u + 1):
+            if 0 <= v < len(units) and _adjacent(units[min(u, v)], units[max(u, v)]):
+                out[u] = max(out[u], NEIGHBOUR_SHARE * scores[v])
+    return out
+
+
+def _adjacent(first: list[int], second: list[int]) -> bool:
+    """Tell whether two units are consecutive lines: no blank line or heading between them."""
+    return second[0] == first[-1] + 1
 
 
 def _units(lines: list[Line]) -> list[list[int]]:
@@ -120,15 +153,11 @@ def terms(text: str) -> set[str]:
 
 
 def fold(word: str) -> str:
-    """Fold an English inflection away: "days" -> "day", "charged" -> "charg", "booking" -> "book".
+    """Fold a word to what it is compared by: "days" = "day", "fees" = "price" (see :mod:`synonyms`)."""
+    return synonyms.fold(_SAME.get(word, word))
 
-    Abbreviations of how to reach someone fold to one word: "tel" and "telephone" are "phone".
-    """
-    word = _SAME.get(word, word)
-    for suffix in ("ies", "es", "s", "ed", "ing"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
+
+_FRAMING: Final = frozenset(fold(word) for word in _FRAMING_WORDS.split())
 
 
 def score(line: str, asked: set[str], weights: dict[str, float]) -> float:

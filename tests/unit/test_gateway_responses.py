@@ -38,8 +38,19 @@ def test_usage_sums_and_serialises() -> None:
         "completion_tokens": 5,
         "total_tokens": 16,
         "prompt_tokens_details": {"cached_tokens": 4},
-        "reame": {"uncompressed_prompt_tokens": 31, "draft_tokens": 6, "accepted_draft_tokens": 2},
+        "reame": {"uncompressed_prompt_tokens": 31, "read_tokens": 7, "draft_tokens": 6, "accepted_draft_tokens": 2},
     }
+
+
+def test_usage_says_which_compression_answered_and_what_was_read() -> None:
+    done = Done("r", FinishReason.STOP, prompt_tokens=300, completion_tokens=3, cached_tokens=256)
+    usage = Usage.from_done(done, saved_tokens=40, compression="auto")
+    # Several choices or prompts keep the mode, whichever part carries it.
+    total = (usage + Usage(completion_tokens=2)).to_dict()["reame"]
+    assert total["compression"] == "auto"
+    assert total["read_tokens"] == 300 - 256
+    assert total["uncompressed_prompt_tokens"] == 340
+    assert "compression" not in Usage.from_done(done).to_dict()["reame"]
 
 
 def test_uncompressed_tokens_default_to_the_prompt_tokens() -> None:
