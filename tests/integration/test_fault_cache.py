@@ -166,23 +166,23 @@ def test_corrupted_cache_files_never_change_an_answer(one_worker: Server) -> Non
             tally.count(sent=1, answered=int(status == 200), wrong=int(text != expected[topic]))
         wait_for_entries(one_worker, len(topics), DEADLINE_S)
         corrupt_before = cache_stats(one_worker)["corrupt"]
-        by_topic = {}
         for topic in topics:
             status, text, cached = ask(one_worker, topic)
             assert cached > 0, f"{topic} did not come from the store"
-            by_topic[topic] = set(entry_names(one_worker))
         files = sorted(one_worker.cache_dir.glob("*.kv"), key=lambda p: p.stat().st_mtime)
         assert len(files) >= len(topics)
         rng = random.Random(round_)
         rng.shuffle(files)
+        corrupt_after = corrupt_before
         for i, how in enumerate(kinds):
+            if how == "index":  # the counter is the process's: read it before this kill restarts the cachekeeper
+                corrupt_after = cache_stats(one_worker)["corrupt"]
             corrupt(one_worker, how, files[2 * i], files[2 * i + 1])
             tally.count(faults=1)
             # Every document asked again, in an order that makes each one come from the store.
             for topic in rng.sample(topics, len(topics)):
                 status, text, _ = ask(one_worker, topic)
                 tally.count(sent=1, answered=int(status == 200), wrong=int(status == 200 and text != expected[topic]))
-        corrupt_after = cache_stats(one_worker)["corrupt"]
         tally.notes.setdefault("corrupt_counter_rise", []).append(corrupt_after - corrupt_before)
         verify = cache_cli(one_worker, "verify")
         tally.notes.setdefault("verify_exit_after", []).append(verify.returncode)
