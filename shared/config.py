@@ -121,6 +121,7 @@ class MemoryConfig:
     kv_type: str = key(_choice("f16", "q8_0", "q4_0"), "f16")
     use_mmap: bool = key(_bool, "true")
     use_mlock: bool = key(_bool, "false")
+    repack: bool = key(_bool, "true")
 
 
 @dataclasses.dataclass(frozen=True)

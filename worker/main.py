@@ -64,7 +64,7 @@ def load_model(config: Config) -> Model:
     memory = config.memory
     return Model(
         path, config.model.n_ctx, config.model.n_batch, config.workers.threads, memory.kv_type,
-        use_mmap=memory.use_mmap, use_mlock=memory.use_mlock,
+        use_mmap=memory.use_mmap, use_mlock=memory.use_mlock, repack=memory.repack,
     )
 
 

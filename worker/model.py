@@ -83,6 +83,16 @@ def load_mode(use_mmap: bool, use_mlock: bool) -> int:
     return llama_cpp.LLAMA_LOAD_MODE_MLOCK if use_mlock else llama_cpp.LLAMA_LOAD_MODE_NONE
 
 
+def model_params(use_mmap: bool, use_mlock: bool, repack: bool) -> Any:
+    """Return llama.cpp's model parameters for memory.use_mmap, memory.use_mlock and memory.repack (CPU only)."""
+    params = llama_cpp.llama_model_default_params()
+    params.load_mode = load_mode(use_mmap, use_mlock)
+    params.n_gpu_layers = 0
+    # llama.cpp's "extra buffer types": on the CPU, its repacked weight layouts (CPU_REPACK).
+    params.use_extra_bufts = repack
+    return params
+
+
 def locked_bytes(status: Path = Path("/proc/self/status")) -> int | None:
     """Return this process's locked memory (VmLck), None where the kernel does not say."""
     try:
@@ -117,12 +127,15 @@ class Model:
 
     def __init__(
         self, path: Path, n_ctx: int, n_batch: int, threads: int, kv_type: str = "f16",
-        *, use_mmap: bool = True, use_mlock: bool = False,
+        *, use_mmap: bool = True, use_mlock: bool = False, repack: bool = True,
     ) -> None:
         """Load ``path`` and create a context; ``n_ctx`` 0 = the training context.
 
         ``use_mmap`` maps the weights (workers share them in the page cache);
         ``use_mlock`` pins them in RAM, and a failure to do so is logged with its fix.
+        ``repack`` lets llama.cpp copy the weights it has faster kernels for (Q4_0, Q4_K,
+        IQ4_NL, ... on AVX2/NEON) into its interleaved CPU_REPACK layout: private memory
+        of each process, even when the file is mapped (see memory.repack).
         """
         if kv_type not in KV_TYPES:
             raise ModelError(f"unknown KV cache type {kv_type!r}; expected one of {', '.join(KV_TYPES)}")
@@ -136,10 +149,8 @@ class Model:
         self._batch_size = 0
         if not os.access(path, os.R_OK):
             raise ModelError(f"cannot read model file {path}")
-        model_params = llama_cpp.llama_model_default_params()
-        model_params.load_mode = load_mode(use_mmap, use_mlock)
-        model_params.n_gpu_layers = 0
-        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
+        params = model_params(use_mmap, use_mlock, repack)
+        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
             self._model = None
             raise ModelError(f"llama.cpp could not load {path} (not a GGUF model it supports?)")

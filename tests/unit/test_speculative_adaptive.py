@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import pytest
 
+from reame.shared.modes import SpeculativeMode
 from reame.worker.speculative.adaptive import (
+    CEILING,
     MIN_EVIDENCE,
     PAYS,
+    STEP_OVERHEAD,
     LookupController,
     ModelController,
     StepCosts,
     expected_tokens,
+    lookup_can_pay,
 )
+from reame.worker.speculative.setup import Speculation
 
 # One thread on Qwen2.5-Coder-1.5B here: batches are dear, only long runs pay.
 DEAR = StepCosts.from_timings({1: 0.040, 2: 0.081, 4: 0.147, 8: 0.267, 16: 0.285})
 CHEAP = StepCosts.from_timings({1: 1.0, 2: 1.1, 4: 1.3, 8: 1.6, 16: 2.0})
+# Qwen2.5-Coder-1.5B Q4_K_M at one thread on an AVX2 EPYC (issue #20): nearly linear.
+LINEAR = StepCosts.from_timings({1: 1.0, 2: 1.86, 4: 3.6, 8: 7.3, 16: 13.8})
 
 
 def test_costs_are_ratios_to_one_token_and_never_fall() -> None:
@@ -41,10 +48,46 @@ def test_expected_tokens_of_a_geometric_run() -> None:
 
 
 def test_candidates_are_the_measured_sizes_within_bounds() -> None:
-    controller = LookupController(DEAR, 2, 15)
+    controller = LookupController(CHEAP, 2, 15)
     assert controller.candidates(15) == [3, 7, 15]
     assert controller.candidates(5) == [3, 5]  # near max_tokens: what is left
     assert controller.candidates(1) == [1]
+
+
+def test_sizes_that_could_not_pay_with_every_draft_accepted_are_never_tried() -> None:
+    controller = LookupController(DEAR, 1, 15)
+    assert controller.candidates(15) == [15]  # 16 tokens for 7.1 decodes; 8 for 6.7 could not pay
+    assert controller.candidates(5) == []
+    assert lookup_can_pay(DEAR, 1, 15) and lookup_can_pay(CHEAP, 1, 15)
+    assert not lookup_can_pay(LINEAR, 1, 15)
+
+
+def test_lookup_never_drafts_where_batches_are_nearly_linear() -> None:
+    controller = LookupController(LINEAR, 1, 15)
+    for level in range(1, 200):
+        controller.observe(level, True)  # a perfect copy, as long as one gets
+    assert all(controller.length(level, cap) == 0 for level in (1, 16, 199) for cap in (1, 4, 15))
+
+
+def test_the_ceiling_counts_the_python_overhead_of_a_step() -> None:
+    # All 15 drafts accepted would make 16 tokens for exactly 16 / CEILING decodes of batch:
+    # the step's own overhead tips it under the ceiling.
+    edge = StepCosts(((1, 1.0), (16, 16 / CEILING)))
+    assert not lookup_can_pay(edge, 1, 15)
+    below = StepCosts(((1, 1.0), (16, 16 / CEILING - 2 * STEP_OVERHEAD)))
+    assert lookup_can_pay(below, 15, 15)
+
+
+def test_lookup_mode_runs_plainly_where_it_cannot_pay() -> None:
+    speculation = Speculation(SpeculativeMode.LOOKUP, 1, 15)
+    speculation.costs = LINEAR
+    assert not speculation.lookup_pays
+    assert speculation.resolve(None) == SpeculativeMode.OFF
+    speculation.costs = DEAR
+    assert speculation.resolve(None) == SpeculativeMode.LOOKUP
+    forced = Speculation(SpeculativeMode.LOOKUP, 1, 15, adaptive=False)
+    forced.costs = LINEAR
+    assert forced.resolve(None) == SpeculativeMode.LOOKUP  # benchmarks force drafting
 
 
 def test_lookup_does_not_draft_without_evidence_when_batches_are_dear() -> None:

@@ -20,7 +20,7 @@ from tests.unit.fakes import FakeKv, fake_model
 
 KEY = CostKey(
     model="ab" * 32, draft_model="", threads=1, n_batch=512, draft_min=1, draft_max=15,
-    llama_cpp="0.3.36", cpu="AMD EPYC 7B13",
+    llama_cpp="0.3.36", cpu="AMD EPYC 7B13", repack=True,
 )
 FAST = StepCosts.from_timings({1: 1.0, 2: 1.1, 4: 1.3, 8: 2.0, 16: 3.5})
 SLOW = StepCosts.from_timings({1: 1.0, 2: 1.9, 4: 3.8, 8: 9.1, 16: 16.2})

@@ -15,6 +15,18 @@ yields 1 token for 1: the draft length is the k that maximises tokens per cost,
 and nothing is drafted unless that beats plain decoding by PAYS. So the length
 grows while acceptance is high and shrinks, to nothing, when it falls.
 
+Where batches cost nearly as much as their tokens decoded one by one (one thread
+on some x86 CPUs: 8 tokens for 7.3 to 10 one-token decodes of Qwen2.5-Coder-1.5B
+Q4_K_M on an AVX2 EPYC, issue #20), a predicted gain of a few per cent is
+within the error of the prediction, and a step whose drafts are rejected early
+loses almost all of its cost: lookup measured 0.95x of plain decoding there. So a
+draft length is never tried unless, all its drafts accepted, it would yield CEILING
+times the tokens per cost of plain decoding (a batch of k + 1 must cost at most
+(k + 1) / CEILING one-token decodes), counting STEP_OVERHEAD for the Python work a
+verification step adds. On such a CPU lookup then never drafts and costs only its
+guesses (about 20 us a token). The costs come from the kept cost file and the
+acceptance from the request's own tokens, so the decision stays reproducible.
+
 Lookup (:class:`LookupController`). Every output token tells whether the lookup
 guess for it was right, drafted or not, so acceptance is learnt for free while
 decoding plainly, and speculation starts only once the text is being copied.
@@ -43,6 +55,16 @@ from typing import Final
 # Python's per-step work and the noise in the measured costs, and a loss on free chat
 # is worse than a missed gain.
 PAYS: Final = 1.1
+# A draft length must be able to pay this much with every draft accepted (see above): the
+# 2-core EPYC's 16-token batch (0.43 per token) passes, the default model's (0.66) just,
+# and the issue's 8-token batch of 7.3 (0.91 per token) does not.
+CEILING: Final = 1.4
+# What a verification step costs beyond its batch, in one-token decodes. Measured on the
+# 2-core EPYC: the loop's Python work is 15-40 us a token with or without drafts (a free
+# fake target), reading and judging a row of logits 16 us (49k vocabulary), rolling
+# rejected positions back 18 us; so a step adds well under 0.1 ms, and 0.03 decodes (0.4 ms
+# of the default model's 14 ms one-token decode, 1.4 ms of the 1.5B model's) leaves room.
+STEP_OVERHEAD: Final = 0.03
 DECAY: Final = 0.95  # per observation: estimates follow about the last twenty tokens judged
 # Lookup: alignment levels whose hazards are learnt apart (a level holds alignments up to the next).
 LEVELS: Final = (1, 2, 3, 8, 16)
@@ -120,12 +142,20 @@ class _Planner:
         self.draft_max = draft_max
         self.adaptive = adaptive  # False: always draft as much as allowed (tests, benchmarks)
 
+    def cost(self, drafts: int) -> float:
+        """Return what a step drafting ``drafts`` tokens costs, its Python work included."""
+        return self.costs.step(drafts) + STEP_OVERHEAD
+
+    def can_pay(self, drafts: int) -> bool:
+        """Tell whether ``drafts`` tokens could beat plain decoding by CEILING if all were accepted."""
+        return drafts >= 1 and (drafts + 1) / self.cost(drafts) >= CEILING
+
     def candidates(self, most: int) -> list[int]:
-        """Return the draft lengths worth considering: measured batch sizes, up to ``most``."""
+        """Return the draft lengths worth considering: measured batch sizes up to ``most`` that could pay."""
         lengths = {size - 1 for size in self.costs.sizes if self.draft_min <= size - 1 <= most}
         if most < self.draft_max or not lengths:
             lengths.add(most)  # near max_tokens: what is left
-        return sorted(lengths)
+        return sorted(drafts for drafts in lengths if self.can_pay(drafts))
 
     def best(self, expected: Callable[[int], float], most: int) -> tuple[int, float]:
         """Return the draft length of at most ``most`` (>= 1) with the highest gain, and that gain.
@@ -134,7 +164,7 @@ class _Planner:
         """
         choice, gain = 0, 0.0
         for drafts in self.candidates(most):
-            value = (1.0 + expected(drafts)) / self.costs.step(drafts)
+            value = (1.0 + expected(drafts)) / self.cost(drafts)
             if value > gain:
                 choice, gain = drafts, value
         return choice, gain
@@ -236,6 +266,11 @@ class ModelController(_Planner):
             self._accepted *= DECAY
             self._rejected = self._rejected * DECAY + 1.0
         self.steps += 1
+
+
+def lookup_can_pay(costs: StepCosts, draft_min: int, draft_max: int) -> bool:
+    """Tell whether any draft length could pay at these batch costs (if not, lookup never drafts)."""
+    return bool(_Planner(costs, draft_min, draft_max, adaptive=True).candidates(draft_max))
 
 
 def model_can_pay(costs: StepCosts, draft_min: int, draft_max: int) -> bool:

@@ -22,6 +22,7 @@ from reame.worker.speculative.adaptive import (
     LookupController,
     ModelController,
     StepCosts,
+    lookup_can_pay,
     model_can_pay,
 )
 from reame.worker.speculative.draft_model import ModelDrafter, vocabulary_problem
@@ -86,13 +87,23 @@ class Speculation:
         """Return the mode a request runs in; raise :class:`SpeculationError` for a bad request.
 
         Model mode runs plainly when the measured costs say the draft model cannot pay
-        (then it does not even read the prompt).
+        (then it does not even read the prompt), and lookup mode when no draft length
+        could pay (then it does not even index the prompt).
         """
         check_mode(asked, self.draft is not None)
         mode = self.mode if asked is None else asked
-        if not self.available or (mode == SpeculativeMode.MODEL and self.adaptive and not self.model_pays):
+        if not self.available:
+            return SpeculativeMode.OFF
+        if self.adaptive and mode == SpeculativeMode.MODEL and not self.model_pays:
+            return SpeculativeMode.OFF
+        if self.adaptive and mode == SpeculativeMode.LOOKUP and not self.lookup_pays:
             return SpeculativeMode.OFF
         return mode
+
+    @property
+    def lookup_pays(self) -> bool:
+        """Tell whether lookup drafts could speed decoding up, at the measured batch costs."""
+        return lookup_can_pay(dataclasses.replace(self.costs, draft=0.0), self.draft_min, self.draft_max)
 
     @property
     def model_pays(self) -> bool:
@@ -128,6 +139,12 @@ class Speculation:
             ", ".join(f"{size}: {cost:.2f}" for size, cost in self.costs.points),
             f"; a draft-model token: {self.costs.draft:.2f}" if self.draft is not None else "",
         )
+        if not self.lookup_pays:
+            log.warning(
+                "a verification batch costs nearly as much as its tokens decoded one by one here, so lookup "
+                "cannot speed decoding up and will decode plainly (more threads per worker make batches "
+                "relatively cheaper; BENCHMARKS.md, \"Batch costs\")",
+            )
         if self.draft is not None and not self.model_pays:
             log.warning(
                 "the draft model costs %.2f target decodes per token: it cannot speed decoding up here, "
@@ -206,5 +223,5 @@ def cost_key(config: Config, target: Model, fingerprint: bytes, draft: Model | N
     return cost_file.CostKey(
         model=fingerprint.hex(), draft_model=draft_print, threads=config.workers.threads, n_batch=target.n_batch,
         draft_min=config.speculative.draft_min, draft_max=config.speculative.draft_max,
-        llama_cpp=llama_cpp.__version__, cpu=cost_file.this_cpu(),
+        llama_cpp=llama_cpp.__version__, cpu=cost_file.this_cpu(), repack=config.memory.repack,
     )
