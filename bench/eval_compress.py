@@ -121,11 +121,9 @@ def read_questions(path: Path) -> list[Question]:
 def load_exam(
     directory: Path, limit: int | None, extra: Path | None = None, extra_only: bool = False
 ) -> tuple[dict[str, str], list[Question]]:
+    """Read the documents and questions; ``limit`` keeps the first N exam questions per document (not extras)."""
     docs = {path.name: path.read_text(encoding="utf-8") for path in sorted((directory / "docs").glob("*.txt"))}
     questions = [] if extra_only else read_questions(directory / "questions.jsonl")
-    if extra is not None:
-        questions += read_questions(extra)
-        docs = {name: text for name, text in docs.items() if any(q.doc == name for q in questions)}
     if limit is not None:
         per_doc: dict[str, int] = {}
         kept = []
@@ -134,6 +132,10 @@ def load_exam(
             if per_doc[q.doc] <= limit:
                 kept.append(q)
         questions = kept
+    if extra is not None:
+        questions += read_questions(extra)
+        docs = {name: text for name, text in docs.items() if any(q.doc == name for q in questions)}
+    questions = [q for q in questions if q.doc in docs]  # an eval directory with fewer documents
     return docs, questions
 
 
