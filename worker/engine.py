@@ -115,7 +115,7 @@ class Engine:
         self.kv.append((token,), logits_last=True)
         self.kv.reset()
         if self.speculation is not None:
-            self.speculation.calibrate(self.kv, token, self.model.n_batch)
+            self.speculation.calibrate(self.kv, token, self.model.n_batch, self.model.threads)
 
     def run(self, request: Generate, send: Send, cancel: threading.Event) -> None:
         """Serve ``request``: Deltas as text becomes final, then one Done or Error."""

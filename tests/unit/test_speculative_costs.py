@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import cast
 
 import pytest
 
 from reame.shared.modes import SpeculativeMode
 from reame.worker.kv import KvCache
-from reame.worker.speculative.costs import CONTEXT, batch_sizes, measure, time_decodes
+from reame.worker.speculative.costs import CONTEXT, batch_sizes, clock, measure, time_decodes
 from reame.worker.speculative.setup import Speculation
 from tests.unit.fakes import FakeKv, fake_model
 
@@ -49,3 +50,14 @@ def test_a_batch_of_one_leaves_no_room_for_drafts() -> None:
     speculation = Speculation(SpeculativeMode.LOOKUP, 1, 15)
     speculation.calibrate(cast(KvCache, FakeKv(fake_model())), filler=3, n_batch=1)
     assert speculation.resolve(SpeculativeMode.LOOKUP) == SpeculativeMode.OFF
+
+
+def test_one_thread_is_timed_by_its_cpu_time() -> None:
+    # Other processes' share of the core must not make long batches look dear.
+    assert clock(1) is time.thread_time
+    assert clock(2) is time.perf_counter and clock(0) is time.perf_counter
+
+
+def test_measure_takes_the_clock_of_its_threads() -> None:
+    costs = measure(cast(KvCache, FakeKv(fake_model())), 1, 7, filler=3, n_batch=64, threads=1)
+    assert costs.sizes == (1, 2, 4, 8)

@@ -4,15 +4,19 @@ The ratio decides whether speculation can pay (worker.speculative.adaptive), and
 it depends on the model and the machine: 9 tokens cost 2.9 one-token decodes on
 the 1.5B benchmark model, 4.0 on the 135M default model. Each size is decoded a
 few times after a short context, interleaved so that load from other processes
-hits every size alike, and the fastest time counts. Even so the result varies with
-the load, so a worker measures only when no other worker or earlier run has kept
+hits every size alike, and the fastest time counts. At one thread the time is the
+thread's CPU time (llama.cpp computes in the caller's thread): wall time on a busy
+machine charges long batches for the time other processes held the core, which
+made 16 tokens cost 11.1 one-token decodes instead of 8.0 on the default model (load
+average 8), enough to turn lookup off for good (worker.speculative.adaptive.CEILING).
+Even so the result varies with the load, so a worker measures only when no other worker or earlier run has kept
 costs for the same model, build, machine and config (worker.speculative.cost_file).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from reame.worker.kv import KvCache
@@ -37,8 +41,14 @@ def batch_sizes(smallest: int, largest: int) -> list[int]:
     return sorted(size for size in sizes if 1 <= size <= largest)
 
 
+def clock(threads: int) -> Callable[[], float]:
+    """Return the clock to time decodes at ``threads`` threads: this thread's CPU time at one."""
+    return time.thread_time if threads == 1 else time.perf_counter
+
+
 def time_decodes(
-    kv: KvCache, sizes: Sequence[int], filler: int, n_batch: int, rounds: int = ROUNDS
+    kv: KvCache, sizes: Sequence[int], filler: int, n_batch: int, rounds: int = ROUNDS,
+    now: Callable[[], float] = time.perf_counter,
 ) -> dict[int, float]:
     """Return the fastest time, in seconds, of decoding each batch size with logits at every position.
 
@@ -51,9 +61,9 @@ def time_decodes(
             kv.append([filler] * min(n_batch, CONTEXT - start), logits_last=False)
         for _ in range(rounds):
             for size in sizes:
-                started = time.perf_counter()
+                started = now()
                 kv.evaluate([filler] * size)
-                best[size] = min(best[size], time.perf_counter() - started)
+                best[size] = min(best[size], now() - started)
                 kv.truncate(CONTEXT)
     finally:
         kv.reset()
@@ -61,12 +71,14 @@ def time_decodes(
 
 
 def measure(
-    target: KvCache, draft_min: int, draft_max: int, filler: int, n_batch: int, draft: KvCache | None = None
+    target: KvCache, draft_min: int, draft_max: int, filler: int, n_batch: int, draft: KvCache | None = None,
+    threads: int = 0,
 ) -> StepCosts:
     """Return the step costs of ``target`` for drafts of ``draft_min`` to ``draft_max`` tokens (and of ``draft``).
 
-    ``draft_max`` + 1 must not exceed ``n_batch``.
+    ``draft_max`` + 1 must not exceed ``n_batch``; ``threads``: the decode threads (0: unknown, wall time).
     """
-    seconds = time_decodes(target, batch_sizes(draft_min + 1, draft_max + 1), filler, n_batch)
-    draft_seconds = time_decodes(draft, [1], filler, n_batch)[1] if draft is not None else None
+    now = clock(threads)
+    seconds = time_decodes(target, batch_sizes(draft_min + 1, draft_max + 1), filler, n_batch, now=now)
+    draft_seconds = time_decodes(draft, [1], filler, n_batch, now=now)[1] if draft is not None else None
     return StepCosts.from_timings(seconds, draft_seconds)

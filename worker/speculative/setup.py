@@ -110,10 +110,11 @@ class Speculation:
         """Tell whether the draft model could speed decoding up, at the measured costs."""
         return model_can_pay(self.costs, self.draft_min, self.draft_max)
 
-    def calibrate(self, target: KvCache, filler: int, n_batch: int) -> None:
+    def calibrate(self, target: KvCache, filler: int, n_batch: int, threads: int = 0) -> None:
         """Check that rejected positions can be dropped, then measure the step costs.
 
-        Drafts are capped to fit a decode batch of ``n_batch`` tokens.
+        Drafts are capped to fit a decode batch of ``n_batch`` tokens; ``threads``: the
+        decode threads, which decide the clock (worker.speculative.costs.clock).
         """
         if n_batch < 2:
             log.warning("model.n_batch %d leaves no room for drafts: speculative decoding is off", n_batch)
@@ -130,7 +131,7 @@ class Speculation:
         target.reset()  # measuring empties the cache; kept costs must leave it as empty
 
         def measure() -> StepCosts:
-            return costs.measure(target, self.draft_min, self.draft_max, filler, n_batch, self.draft_kv)
+            return costs.measure(target, self.draft_min, self.draft_max, filler, n_batch, self.draft_kv, threads)
 
         self.costs = measure() if self.kept is None else cost_file.load_or_measure(*self.kept, measure)
         log.info(
