@@ -15,20 +15,20 @@ from reame.shared.kv_entry import EntryHeader
 from reame.worker.kv import MIN_FRESH, common_prefix
 
 
-def lookup_worthwhile(n_prompt: int, local: int, block_tokens: int) -> bool:
-    """Tell whether the store could give more than the ``local`` tokens already in memory.
+def lookup_worthwhile(n_prompt: int, local: int, block_tokens: int, min_gain: int = 1) -> bool:
+    """Tell whether the store could give ``min_gain`` tokens more than the ``local`` ones already in memory.
 
     The store finds entries by full blocks, so it can vouch for at most the prompt's
     full blocks, and nothing past the tokens that must be evaluated afresh.
     """
     full = (n_prompt // block_tokens) * block_tokens
-    return min(full, n_prompt - MIN_FRESH) > local
+    return min(full, n_prompt - MIN_FRESH) - local >= min_gain
 
 
-def restore_length(entry_tokens: Sequence[int], prompt: Sequence[int], local: int) -> int:
-    """Return how many prompt tokens to take from an entry, or 0 if it gives no more than ``local``."""
+def restore_length(entry_tokens: Sequence[int], prompt: Sequence[int], local: int, min_gain: int = 1) -> int:
+    """Return how many prompt tokens to take from an entry, or 0 if it gives fewer than ``min_gain`` over ``local``."""
     match = min(common_prefix(entry_tokens, prompt), len(prompt) - MIN_FRESH)
-    return match if match > local else 0
+    return match if match - local >= min_gain else 0
 
 
 def entry_problem(header: EntryHeader, fingerprint: bytes, kv_type: str, n_ctx: int) -> str | None:

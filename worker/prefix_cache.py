@@ -78,7 +78,12 @@ class PrefixCache:
 
         Only entries stored under the scope of ``kv`` (KvCache.enter_scope) are looked at.
         """
-        if not self.service.available or not cache_policy.lookup_worthwhile(len(prompt), local, self._block_tokens):
+        # Restoring replaces the whole state (tens of megabytes moved and decompressed):
+        # worth it only for at least a block of tokens more than memory holds.
+        min_gain = self._block_tokens
+        if not self.service.available or not cache_policy.lookup_worthwhile(
+            len(prompt), local, self._block_tokens, min_gain
+        ):
             return Restored(local)
         fingerprint = scoped_fingerprint(self.fingerprint, kv.scope)
         blocks = block_hashes(fingerprint, prompt, self._block_tokens)
@@ -88,7 +93,7 @@ class PrefixCache:
         if fetched is None:
             return Restored(local)
         header = fetched.header
-        match = cache_policy.restore_length(header.tokens, prompt, local)
+        match = cache_policy.restore_length(header.tokens, prompt, local, min_gain)
         if match <= local:  # the service ignored ``wanted``: nothing to gain
             return Restored(local)
         started = time.perf_counter()
@@ -110,7 +115,7 @@ class PrefixCache:
         if problem is not None:
             log.info("not restoring cache entry %s: %s", header.key(), problem)
             return False
-        return cache_policy.restore_length(header.tokens, prompt, local) > 0
+        return cache_policy.restore_length(header.tokens, prompt, local, self._block_tokens) > 0
 
     def save(self, kv: KvCache, prompt: Sequence[int], warm: bool) -> bool:
         """Store the state of ``prompt`` (at the head of ``kv``) if worth it; True if the store has it.

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import Server
+from tests.harness import Server, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -24,6 +25,19 @@ QUESTIONS = [
     "Where are dogs not allowed?",
     "When do guided tours leave?",
 ]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Two workers; requests wait up to the 60 s cap for the worker reading their document.
+
+    The default bound (twice the observed time to read it again) can run out on a
+    machine busy enough to slow the first prefill down mid-way; these tests are about
+    where requests go, not about that bound (tests/unit/test_dispatcher_affinity.py).
+    """
+    running = start_server(tmp_path_factory.mktemp("affinity"), dispatcher_affinity_slack="100")
+    yield running
+    running.stop()
 
 
 def new_document() -> str:

@@ -73,3 +73,11 @@ def test_entry_problem() -> None:
 )
 def test_should_save(n_prompt: int, stored: int, warm: bool, save: bool) -> None:
     assert should_save(n_prompt, stored, 256, warm) is save
+
+
+def test_a_restore_must_gain_at_least_min_gain_tokens() -> None:
+    prompt = list(range(200))
+    assert restore_length(prompt[:150], prompt, 100, min_gain=64) == 0  # 50 more than memory: not worth it
+    assert restore_length(prompt[:170], prompt, 100, min_gain=64) == 170
+    assert not lookup_worthwhile(200, 150, 64, min_gain=64)
+    assert lookup_worthwhile(200, 0, 64, min_gain=64)
