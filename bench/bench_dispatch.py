@@ -5,6 +5,9 @@ Two scenarios on the default configuration (2 workers x 1 thread unless told):
 - back to back: a new document is asked one question, then a second one as soon
   as the first is answered (what a script looping over questions does); the
   second's time to first token as a share of the first's (goal: <= 0.05);
+- lone: a cold question with nothing else running, on 2 workers x 1 thread (the
+  idle worker lends its thread) and on 1 worker x 2 threads, alternated (goal:
+  within 10 %);
 - load: 8 clients ask 24 questions over 4 documents, interleaved, first of reame
   then of ``python -m llama_cpp.server --cache true`` (one process of all the
   threads) on the same model; requests/s, p50 and p95 latency, and how many
@@ -28,7 +31,7 @@ from pathlib import Path
 import openai
 
 from bench.bench_cache import Peer, Timing, ask
-from reame.benchmarks.server import start_server
+from reame.benchmarks.server import Server, start_server
 from reame.shared.config import load
 from reame.shared.model_file import model_path
 
@@ -60,6 +63,17 @@ def back_to_back(client: openai.OpenAI, docs: list[str]) -> None:
         ratios.append(warm.ttft_s / cold.ttft_s)
         print(f"{i:9}{cold.ttft_s:11.3f}{warm.ttft_s:11.3f}{ratios[-1]:8.3f}{warm.cached_tokens!s:>8}")
     print(f"median ratio: {statistics.median(ratios):.3f} (goal <= 0.05)")
+
+
+def lone(server: Server, single: Server, rounds: int) -> None:
+    print("\nlone cold request: 2 workers x 1 thread (lending) against 1 worker x 2 threads, alternated:")
+    pairs = []
+    for _ in range(rounds):
+        ours = ask(server.client(timeout=600), documents(1)[0], QUESTIONS[0]).ttft_s
+        theirs = ask(single.client(timeout=600), documents(1)[0], QUESTIONS[0]).ttft_s
+        pairs.append(ours / theirs)
+        print(f"  {ours:8.3f} s  vs  {theirs:8.3f} s   ratio {pairs[-1]:.3f}")
+    print(f"median ratio: {statistics.median(pairs):.3f} (goal <= 1.10)")
 
 
 def load_run(client: openai.OpenAI, docs: list[str], per_doc: int) -> tuple[float, list[Timing]]:
@@ -101,6 +115,11 @@ def main() -> None:
         server = start_server(tmp / "reame", workers=args.workers, **overrides)
         try:
             back_to_back(server.client(timeout=600), documents(3))
+            single = start_server(tmp / "single", workers=1, **{**overrides, "workers_threads": str(args.workers)})
+            try:
+                lone(server, single, 3)
+            finally:
+                single.stop()
             print(f"\nload: {CLIENTS} clients, {args.documents} documents x {args.per_doc} questions")
             print(f"{'server':8}{'req/s':>10}{'p50 s':>9}{'p95 s':>9}{'full prefills':>15}")
             ours = summary("reame", *load_run(server.client(timeout=900), documents(args.documents), args.per_doc))
