@@ -56,8 +56,8 @@ from typing import Final
 # is worse than a missed gain.
 PAYS: Final = 1.1
 # A draft length must be able to pay this much with every draft accepted (see above): the
-# 2-core EPYC's 16-token batch (0.43 per token) passes, the default model's (0.66) just,
-# and the 8-token batch of 7.3 (0.91 per token) does not.
+# 2-core EPYC's 16-token batch of the 1.5B model (0.43-0.6 per token) passes, the default
+# model's (0.5-0.66) too, and the 8-token batch of 7.3 (0.91 per token) does not.
 CEILING: Final = 1.4
 # What a verification step costs beyond its batch, in one-token decodes. Measured on the
 # 2-core EPYC: the loop's Python work is 15-40 us a token with or without drafts (a free
