@@ -118,6 +118,9 @@ class StubModel:
     def chat_template(self) -> str | None:
         return None
 
+    def special_tokens(self, user_defined_only: bool = False) -> dict[str, int]:
+        return {}
+
 
 @pytest.mark.parametrize(
     ("speculation", "asked", "fragment"),
