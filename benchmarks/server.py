@@ -189,6 +189,9 @@ def start_server(tmp: Path, workers: int = 2, **overrides: str) -> Server:
         REAME_WORKERS_COUNT=str(workers),
         REAME_WORKERS_THREADS="1",
         REAME_SERVER_GATEWAY_THREADS="16",
+        # Every test and benchmark client comes from 127.0.0.1: the per-address share of
+        # threads (half by default) is for the public, not for a load test.
+        REAME_SERVER_MAX_CONNECTIONS_PER_CLIENT="16",
         REAME_CACHE_DIR=str(tmp / "cache"),
         # Off unless a test asks for it: a repeated greedy request would otherwise be
         # answered from the answer cache, and the tests of the worker path would not reach it.
