@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import statistics
 import tempfile
 import time
@@ -48,6 +47,7 @@ from typing import Any
 
 import openai
 
+from reame.benchmarks.exam import INSTRUCTION, Question, flat, grade
 from reame.benchmarks.server import start_server
 from reame.gateway.compress import compress, excerpts
 from reame.gateway.compress.facts import is_hard
@@ -64,26 +64,7 @@ DEFAULT_EVAL = REPO.parent / "shared" / "eval"
 RETENTION_MODES = ("lossless", "facts", "query", "auto")
 EXAM_MODES = ("off", "lossless", "facts", "query", "auto")
 HARD_QUESTIONS = REPO / "bench" / "hard_questions.jsonl"
-INSTRUCTION = "Answer in a few words, on one line, using only the document."
 MAX_TOKENS = 32
-
-
-@dataclasses.dataclass(frozen=True)
-class Question:
-    id: str
-    doc: str
-    question: str
-    accept: str
-    reject: str
-    span: str
-    critical: bool
-
-    @property
-    def fact(self) -> str:
-        match = re.search(self.accept, self.span, re.I)
-        if match is None:
-            raise ValueError(f"{self.id}: accept does not match its span")
-        return match.group(0)
 
 
 @dataclasses.dataclass
@@ -98,20 +79,6 @@ class Answer:
     uncompressed_tokens: int
     cached_tokens: int = 0
     compression: str = ""
-
-
-def flat(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().lower()
-
-
-def grade(question: Question, reply: str) -> str:
-    """Grade the first non-empty line of a reply: OK, HALLU or MISS."""
-    line = next((line.strip() for line in reply.splitlines() if line.strip()), "")
-    if question.reject and re.search(question.reject, line, re.I):
-        return "HALLU"
-    if re.search(question.accept, line, re.I):
-        return "OK"
-    return "MISS"
 
 
 def read_questions(path: Path) -> list[Question]:

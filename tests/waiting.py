@@ -7,9 +7,10 @@ the timeout, and no test asserts how long anything took.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from reame.benchmarks import server
 
 T = TypeVar("T")
 
@@ -21,11 +22,4 @@ def wait_for(
     predicate: Callable[[], T | None], timeout: float = PATIENCE_S, interval: float = 0.02, what: str = "a condition"
 ) -> T:
     """Return ``predicate()``'s first truthy value; fail the test if none comes within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+    return server.wait_for(predicate, timeout, interval, what)
