@@ -16,10 +16,11 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from reame.benchmarks.common import Setup, machine
-from reame.benchmarks.report import Section, write
+if TYPE_CHECKING:  # the runtime imports wait for `run`: they need the bench extra (openai ...)
+    from reame.benchmarks.common import Setup
+    from reame.benchmarks.report import Section
 
 SCENARIOS: Final[dict[str, str]] = {
     "qa": "repeated-document QA: TTFT cold, warm and after a restart",
@@ -56,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `reame --help` and `reame serve` build this parser on a
+    # plain install, which lacks what the benchmarks need (openai, the bench extra).
+    from reame.benchmarks.common import Setup, machine
+    from reame.benchmarks.report import write
     from reame.shared.config import ConfigError, load
     from reame.shared.model_file import ModelFileError, model_path
 

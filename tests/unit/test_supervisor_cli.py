@@ -140,3 +140,14 @@ def test_serve_does_not_import_the_engine() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=Path(__file__).resolve().parents[2])
     assert result.stdout.strip() == "False"
+
+
+def test_the_command_line_builds_without_the_benchmarks_dependencies() -> None:
+    """`reame serve` on a plain install: nothing the bench extra brings may be needed to parse."""
+    import subprocess
+    import sys
+
+    blocked = "import sys; sys.modules.update(dict.fromkeys(['openai', 'httpx', 'matplotlib', 'tqdm']))"
+    script = f"{blocked}; from reame.supervisor import cli; cli.build_parser().parse_args(['serve'])"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
