@@ -1,0 +1,203 @@
+"""The messages of a request's life (gateway, dispatcher, worker) and of the workers' liveness."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import ClassVar, Final
+
+import msgspec
+
+from reame.shared.config import SamplingConfig, defaults
+from reame.shared.modes import SpeculativeMode
+from reame.shared.protocol.base import Kind, Struct
+
+
+class ErrorCode(enum.StrEnum):
+    """Why a request failed; the gateway maps each code to an HTTP status."""
+
+    INVALID_REQUEST = "invalid_request"  # a parameter the worker cannot honour
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+    OVERLOADED = "overloaded"  # the dispatcher's queue is full
+    NO_WORKERS = "no_workers"  # no worker attached to the dispatcher
+    WORKER_LOST = "worker_lost"  # the worker died after tokens had been sent
+    TIMEOUT = "timeout"  # the request's deadline passed
+    CANCELLED = "cancelled"
+    SHUTTING_DOWN = "shutting_down"
+    INTERNAL = "internal_error"
+
+
+class FinishReason(enum.StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+
+
+# A dataclass, which msgspec decodes as strictly except that it ignores unknown fields:
+# gateway.compress.messages rewrites contents with dataclasses.replace.
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: str
+    content: str
+    name: str | None = None
+
+
+# The configuration's [sampling] defaults are the only ones: a field left out takes them.
+_SAMPLING: Final = defaults(SamplingConfig)
+
+
+class SamplingParams(Struct, frozen=True):
+    """Sampling as the worker applies it; the gateway has already validated ranges.
+
+    ``temperature == 0`` means greedy. ``max_tokens`` None means "until the context
+    is full". ``logit_bias`` holds ``(token_id, bias)`` pairs.
+    """
+
+    temperature: float = _SAMPLING.temperature
+    top_p: float = _SAMPLING.top_p
+    top_k: int = _SAMPLING.top_k
+    min_p: float = _SAMPLING.min_p
+    seed: int | None = None
+    max_tokens: int | None = None
+    stop: list[str] = msgspec.field(default_factory=list)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repeat_penalty: float = _SAMPLING.repeat_penalty
+    repeat_last_n: int = _SAMPLING.repeat_last_n
+    logit_bias: list[tuple[int, float]] = msgspec.field(default_factory=list)
+
+
+class Ready(Struct, frozen=True):
+    """A worker announces itself (again after every reconnect)."""
+
+    KIND: ClassVar[Kind] = Kind.READY
+    worker_id: str
+    pid: int
+    model: str
+    n_ctx: int
+    threads: int = 1  # its own share of the cores: workers.threads
+    host: str = ""  # workers on one host lend each other their threads
+
+
+class Heartbeat(Struct, frozen=True):
+    KIND: ClassVar[Kind] = Kind.HEARTBEAT
+
+
+class Disconnect(Struct, frozen=True):
+    """A worker leaves on purpose (clean shutdown)."""
+
+    KIND: ClassVar[Kind] = Kind.DISCONNECT
+
+
+class Generate(Struct, frozen=True):
+    """One completion: exactly one of ``prompt`` (raw text) or ``messages`` (chat).
+
+    ``deadline`` is a Unix time; past it the request ends with ``TIMEOUT``.
+    ``cache`` False keeps this request away from the persistent KV cache (no lookup,
+    no save). ``warm`` asks only to read the prompt and store its KV state: no tokens
+    are generated, and Done comes once the state is stored (or refused).
+    ``speculative`` overrides the worker's default mode. ``cache_scope`` ("" shared)
+    keeps KV prefixes apart: a prefix read under one scope is reused, from memory
+    or from the store, only by requests of the same scope (a hash, never a key).
+    ``grammar`` constrains the reply (the gateway built it from a JSON schema and
+    checked it); a grammar llama.cpp cannot parse ends the request with INVALID_REQUEST.
+    """
+
+    KIND: ClassVar[Kind] = Kind.GENERATE
+    request_id: str
+    sampling: SamplingParams
+    deadline: float
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    cache: bool = True
+    warm: bool = False
+    speculative: SpeculativeMode | None = None
+    cache_scope: str = ""
+    grammar: str | None = None  # GBNF (root rule "root") every reply must follow: response_format
+    logprobs: int | None = None  # None: no logprobs; k: each token's and the k most likely tokens'
+
+
+class TokenLogprob(Struct, frozen=True):
+    """One generated token's log-probability under the model, and the ``top`` most likely tokens'."""
+
+    piece: bytes  # the token's bytes (a piece may be part of a UTF-8 character)
+    logprob: float
+    top: list[tuple[bytes, float]] = msgspec.field(default_factory=list)
+
+
+class Delta(Struct, frozen=True):
+    """New output text; ``tokens`` is how many tokens produced it.
+
+    ``logprobs`` has one entry per token when the request asked for them (Generate.logprobs).
+    """
+
+    KIND: ClassVar[Kind] = Kind.DELTA
+    request_id: str
+    text: str
+    tokens: int
+    logprobs: list[TokenLogprob] = msgspec.field(default_factory=list)
+
+
+class Done(Struct, frozen=True):
+    KIND: ClassVar[Kind] = Kind.DONE
+    request_id: str
+    finish_reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens whose KV state was reused, not computed
+    restored_tokens: int = 0  # of those, the ones restored from the store (the rest were in memory)
+    prompt_ms: float = 0.0  # time spent reading the prompt
+    generation_ms: float = 0.0  # time from the first to the last token
+    cache_saved: bool = False  # for warm requests: the prompt's state is in the store
+    draft_tokens: int = 0  # speculative tokens proposed
+    accepted_draft_tokens: int = 0  # ...and accepted by the target model
+    queue_ms: float = 0.0  # set by the dispatcher: time from its arrival to its (last) worker
+    answer_cache: str = ""  # set by the gateway (gateway.answers): "hit", "miss", or "" when not eligible
+
+
+class Error(Struct, frozen=True):
+    KIND: ClassVar[Kind] = Kind.ERROR
+    request_id: str
+    code: ErrorCode
+    message: str
+    param: str | None = None
+
+
+class Cancel(Struct, frozen=True):
+    KIND: ClassVar[Kind] = Kind.CANCEL
+    request_id: str
+
+
+class StatusQuery(Struct, frozen=True):
+    KIND: ClassVar[Kind] = Kind.STATUS_QUERY
+
+
+class WorkerState(Struct, frozen=True):
+    """One worker as the dispatcher sees it (``reame status``)."""
+
+    name: str  # "worker_id (pid N)"
+    busy: bool
+    served: int  # requests it finished since it attached
+    held_chars: int = 0  # characters of the prompt whose KV state it holds
+    held_prefix: str = ""  # a short hash naming that prompt ("" when it holds none)
+
+
+class Status(Struct, frozen=True):
+    """The dispatcher's counts now, and its counters since it started."""
+
+    KIND: ClassVar[Kind] = Kind.STATUS
+    workers: int
+    idle_workers: int
+    queued: int
+    running: int
+    full_prefills: int = 0  # requests that read most of their prompt (reused less than half)
+    reused_from_memory: int = 0  # requests that reused the prompt their worker held
+    reused_from_store: int = 0  # requests that restored a stored prefix
+    affinity_waits: int = 0  # requests that waited for the worker holding their document
+    worker_states: list[WorkerState] = msgspec.field(default_factory=list)
+
+
+class Threads(Struct, frozen=True):
+    """How many threads a worker may use from its next batch on: its own and idle neighbours'."""
+
+    KIND: ClassVar[Kind] = Kind.THREADS
+    threads: int
