@@ -100,6 +100,8 @@ class Generate(Struct, frozen=True):
     or from the store, only by requests of the same scope (a hash, never a key).
     ``grammar`` constrains the reply (the gateway built it from a JSON schema and
     checked it); a grammar llama.cpp cannot parse ends the request with INVALID_REQUEST.
+    ``background`` (a warm the gateway sends on its own, dispatcher.background) runs only
+    on cores no user request needs, and stops at its next batch when one does.
     """
 
     KIND: ClassVar[Kind] = Kind.GENERATE
@@ -114,6 +116,7 @@ class Generate(Struct, frozen=True):
     cache_scope: str = ""
     grammar: str | None = None  # GBNF (root rule "root") every reply must follow: response_format
     logprobs: int | None = None  # None: no logprobs; k: each token's and the k most likely tokens'
+    background: bool = False
 
 
 class TokenLogprob(Struct, frozen=True):
@@ -168,7 +171,14 @@ class Cancel(Struct, frozen=True):
 
 
 class StatusQuery(Struct, frozen=True):
+    """Ask for the dispatcher's Status.
+
+    ``prefix`` (dispatcher.affinity links: digest, characters) also asks how much of
+    that prompt prefix is known to be read (Status.prefix_chars, prefix_warming).
+    """
+
     KIND: ClassVar[Kind] = Kind.STATUS_QUERY
+    prefix: list[tuple[bytes, int]] = msgspec.field(default_factory=list)
 
 
 class WorkerState(Struct, frozen=True):
@@ -194,6 +204,11 @@ class Status(Struct, frozen=True):
     reused_from_store: int = 0  # requests that restored a stored prefix
     affinity_waits: int = 0  # requests that waited for the worker holding their document
     worker_states: list[WorkerState] = msgspec.field(default_factory=list)
+    warms_started: int = 0  # background warms sent to a worker (again after each pre-emption)
+    warms_finished: int = 0  # ...that read their whole prompt
+    warms_preempted: int = 0  # ...that stopped for a user request, to resume later
+    prefix_chars: int = 0  # of StatusQuery.prefix: characters a worker holds or the store has (not a warm's)
+    prefix_warming: bool = False  # a background warm of that prefix is queued or running
 
 
 class Threads(Struct, frozen=True):
