@@ -67,7 +67,9 @@ DOCUMENT: Final[dict[str, Any]] = {
             "response_format": {"type": "object"}, **_SAMPLING,
         }),
         "/v1/completions": _post("Text completion", ["prompt"], {
-            "prompt": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}, **_SAMPLING,
+            "prompt": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+            "n": {"type": "integer", "minimum": 1, "maximum": 8},
+            "best_of": {"type": "integer", "minimum": 1, "maximum": 8}, **_SAMPLING,
         }),
         "/v1/cache/warm": _post("Read a document into the KV cache without generating", [], {
             "messages": _MESSAGES, "prompt": {"type": "string"}, "model": {"type": "string"},

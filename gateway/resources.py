@@ -17,13 +17,14 @@ from reame.gateway.answers import AnswerCache
 from reame.gateway.choice_stream import ChoicesStream
 from reame.gateway.choices import choice_usage, seeded
 from reame.gateway.client import Call, Dispatcher
+from reame.gateway.completion_choices import Candidate, select, worker_logprobs
 from reame.gateway.compression import Compressor
 from reame.gateway.errors import APIError, dispatcher_unavailable, invalid
 from reame.gateway.guard import tenant_of
 from reame.gateway.http_worker import ReadTimeout
-from reame.gateway.logprobs import choice_logprobs, legacy
+from reame.gateway.logprobs import choice_logprobs
 from reame.gateway.requestlog import request_log
-from reame.gateway.responses import Choice, Usage
+from reame.gateway.responses import Usage
 from reame.gateway.streams import ChatStream, CompletionStream, Meta, SSEStream, collect, next_message
 from reame.gateway.tool_stream import ToolStream
 from reame.gateway.tools import as_tool_call, offer
@@ -241,42 +242,43 @@ class ChatCompletions(_Generation):
 
 
 class Completions(_Generation):
-    """POST /v1/completions: one Generate per prompt, in turn, one choice each."""
+    """POST /v1/completions: per prompt, best_of (n) Generates in turn (gateway.completion_choices)."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = self.settings
         request = validation.parse_completion(read_json(req, s.max_body_bytes), s.sampling)
         record = request_log(req)
         record.request_id = response_id = responses.new_id(responses.COMPLETION_ID_PREFIX)
-        prompts = request.prompts
+        prompts, per_prompt = request.prompts, request.best_of
+        total = len(prompts) * per_prompt
+        logprobs = worker_logprobs(request.logprobs, request.n, per_prompt)
 
-        def open_call(index: int) -> Call:
-            call_id = response_id if len(prompts) == 1 else f"{response_id}-{index}"
+        def open_call(index: int) -> Call:  # generation index % per_prompt of prompt index // per_prompt
+            call_id = response_id if total == 1 else f"{response_id}-{index}"
             return self.open(
-                req, call_id, request.sampling, prompt=prompts[index], options=request.options,
-                logprobs=request.logprobs,
+                req, call_id, seeded(request.sampling, index % per_prompt), prompt=prompts[index // per_prompt],
+                options=request.options, logprobs=logprobs,
             )
 
         call = open_call(0)
         first = self.first(call, req)
         meta = Meta(response_id, int(time.time()), s.model, request.include_usage, request.logprobs is not None)
-        if request.stream:
-            stream = CompletionStream(call, first, meta, record, prompts, request.echo, open_call)
+        if request.stream:  # best_of == n here: each generation is a choice
+            repeated = [prompt for prompt in prompts for _ in range(per_prompt)]
+            stream = CompletionStream(call, first, meta, record, repeated, request.echo, open_call, per_prompt)
             start_stream(req, resp, stream)
             return
-        choices, usage = [], Usage()
-        for index, prompt in enumerate(prompts):
+        candidates, usage = [], Usage()
+        for index in range(total):
             if index > 0:
                 call = open_call(index)
                 first = self.first(call, req)
-            entries: list[protocol.TokenLogprob] | None = None if request.logprobs is None else []
+            entries: list[protocol.TokenLogprob] | None = None if logprobs is None else []
             with call:
                 text, done = collect(call, first, record, entries)
-            choices.append(Choice(
-                index, prompt + text if request.echo else text, done.finish_reason.value,
-                None if entries is None else legacy(entries),
-            ))
-            usage += Usage.from_done(done, call.saved_tokens, call.compression)
+            candidates.append(Candidate(text, done.finish_reason.value, entries))
+            usage += choice_usage(done, call.saved_tokens, index % per_prompt, call.compression)
+        choices = select(prompts, candidates, request.n, request.echo, request.logprobs is not None)
         send_json(resp, responses.text_completion(response_id, meta.created, s.model, choices, usage))
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Final
 
 from reame.gateway import errors, responses, sse
+from reame.gateway.choices import choice_usage
 from reame.gateway.client import Call, ClientGone
 from reame.gateway.errors import APIError
 from reame.gateway.logprobs import choice_logprobs, legacy
@@ -122,9 +123,9 @@ class SSEStream:
         raise NotImplementedError
 
     def _relay(
-        self, call: Call, first: Delta | Done, chunk: Callable[[str], bytes]
+        self, call: Call, first: Delta | Done, chunk: Callable[[str], bytes], choice: int = 0
     ) -> Generator[bytes, None, Done]:
-        """Yield one chunk per Delta with text; return the Done."""
+        """Yield one chunk per Delta with text; return the Done (``choice`` > 0: a prompt's later choice)."""
         self._call = call
         message = first
         while isinstance(message, Delta):
@@ -132,7 +133,7 @@ class SSEStream:
                 self._delta = message  # for a chunk that also carries the Delta's logprobs
                 yield chunk(message.text)
             message = next_message(call, self._record)
-        self._usage += Usage.from_done(message, call.saved_tokens, call.compression)
+        self._usage += choice_usage(message, call.saved_tokens, choice, call.compression)
         return message
 
 
@@ -158,7 +159,10 @@ class ChatStream(SSEStream):
 
 
 class CompletionStream(SSEStream):
-    """``text_completion`` events for one or more prompts, one choice index each, in turn."""
+    """``text_completion`` events for one or more prompts, ``n`` choices each, in turn.
+
+    ``prompts`` has each prompt ``n`` times over, so its index is the choice's index.
+    """
 
     def __init__(
         self,
@@ -169,8 +173,10 @@ class CompletionStream(SSEStream):
         prompts: list[str],
         echo: bool,
         open_call: Callable[[int], Call],
+        n: int = 1,
     ) -> None:
         self._prompts = prompts
+        self._n = n
         self._echo = echo
         self._open_call = open_call
         self._offset = 0  # text_offset of the current choice's next token
@@ -188,7 +194,7 @@ class CompletionStream(SSEStream):
             self._offset = 0  # text_offset of the choice's next token
             if self._echo and prompt:
                 yield self._chunk(index, prompt)
-            done = yield from self._relay(call, first, functools.partial(self._chunk, index))
+            done = yield from self._relay(call, first, functools.partial(self._chunk, index), index % self._n)
             yield self._chunk(index, "", done.finish_reason.value)
         if m.include_usage:
             yield sse.event(responses.usage_chunk("text_completion", m.response_id, m.created, m.model, self._usage))

@@ -3,10 +3,9 @@
 Pure: no sockets, no Falcon. Rules, following the OpenAI API:
 
 - Unknown fields are ignored, as OpenAI does. Known fields that would change the
-  answer and are not supported (``n`` != 1 on completions,
-  ``best_of`` > 1, ``suffix``, ``echo`` on chat) are a 400 naming the field, never
-  silently dropped. ``response_format`` and ``tools`` become a grammar (gateway.structured,
-  gateway.tools); a schema that cannot be enforced exactly is a 400 naming its part.
+  answer and are not supported (``suffix``, ``echo`` on chat, a streamed ``best_of`` > ``n``)
+  are a 400 naming the field, never silently dropped. ``response_format`` and ``tools`` become
+  a grammar (gateway.structured, gateway.tools); an unenforceable schema is a 400 naming its part.
 - ``null`` for an optional field means "absent" (the OpenAI schema marks them
   nullable and some clients send explicit nulls); ``null`` where a value is required
   (``messages``, ``prompt``, a message's ``role``...) is a 400.
@@ -31,6 +30,7 @@ from typing import Any, Final, TypeVar
 
 from reame.gateway.auth import MAX_CACHE_SALT
 from reame.gateway.choices import MAX_CHOICES, count_choices
+from reame.gateway.completion_choices import count_candidates
 from reame.gateway.errors import APIError, invalid
 from reame.gateway.logprobs import chat_logprobs, completion_logprobs
 from reame.gateway.structured import response_grammar
@@ -91,6 +91,8 @@ class CompletionRequest:
     echo: bool = False
     options: Options = DEFAULT_OPTIONS
     logprobs: int | None = None  # None: none; k: each token's and the top k (gateway.logprobs)
+    n: int = 1  # choices per prompt, and best_of: generations per prompt (gateway.completion_choices)
+    best_of: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,14 +126,12 @@ def parse_chat(body: object, defaults: SamplingConfig, max_messages: int = MAX_M
 def parse_completion(body: object, defaults: SamplingConfig) -> CompletionRequest:
     """Validate a /v1/completions body."""
     fields = _object(body)
-    options = _check_common(fields)
+    options = _check_common(fields, MAX_CHOICES)
     logprobs = completion_logprobs(fields)
-    if fields.get("best_of") not in (None, 1) or isinstance(fields.get("best_of"), bool):
-        raise _unsupported("best_of", "only best_of 1 is supported")
     if fields.get("suffix") not in (None, ""):
         raise _unsupported("suffix", "suffix (insertion) is not supported")
     stream, include_usage = _stream(fields)
-    echo = _boolean(fields, "echo")
+    echo, n = _boolean(fields, "echo"), count_choices(fields, MAX_CHOICES)
     return CompletionRequest(
         prompts=_prompts(fields.get("prompt")),
         sampling=_sampling(fields, defaults.completion_max_tokens, defaults),
@@ -139,7 +139,7 @@ def parse_completion(body: object, defaults: SamplingConfig) -> CompletionReques
         include_usage=include_usage,
         echo=bool(echo),
         options=options,
-        logprobs=logprobs,
+        logprobs=logprobs, n=n, best_of=count_candidates(fields, n, stream),
     )
 
 

@@ -87,7 +87,9 @@ CASES: list[tuple[str, Any, int, str]] = [
     ("/v1/completions", completion(prompt=[]), 400, "prompt"),
     ("/v1/completions", completion(prompt={"text": "x"}), 400, "prompt"),
     ("/v1/completions", completion(max_tokens=-1), 400, "max_tokens"),
-    ("/v1/completions", completion(best_of=3), 400, "best_of"),
+    ("/v1/completions", completion(best_of=3, n=4), 400, "best_of"),
+    ("/v1/completions", completion(best_of=3, stream=True), 400, "best_of"),
+    ("/v1/completions", completion(n=9), 400, "n"),
     ("/v1/completions", completion(logprobs=9), 400, "logprobs"),
 ]
 

@@ -127,12 +127,15 @@ BAD_COMPLETION: list[tuple[Any, str | None, str]] = [
     (completion(prompt=["a", 2]), "prompt[1]", "invalid_type"),
     (completion(prompt=["a"] * (MAX_PROMPTS + 1)), "prompt", "invalid_value"),
     (completion(echo="yes"), "echo", "invalid_type"),
-    (completion(best_of=3), "best_of", "unsupported_parameter"),
-    (completion(best_of=True), "best_of", "unsupported_parameter"),
+    (completion(best_of=2, n=3), "best_of", "invalid_value"),
+    (completion(best_of=True), "best_of", "invalid_value"),
+    (completion(best_of=9), "best_of", "invalid_value"),
+    (completion(best_of=3, stream=True), "best_of", "unsupported_parameter"),
     (completion(suffix="end"), "suffix", "unsupported_parameter"),
     (completion(logprobs=6), "logprobs", "invalid_value"),
     (completion(logprobs=1, echo=True), "logprobs", "unsupported_parameter"),
-    (completion(n=3), "n", "unsupported_parameter"),
+    (completion(n=9), "n", "invalid_value"),
+    (completion(n=0), "n", "invalid_value"),
     (completion(max_tokens=-1), "max_tokens", "invalid_value"),
     (completion(temperature=[1]), "temperature", "invalid_type"),
     (completion(reame={"cache": "yes"}), "reame.cache", "invalid_type"),
@@ -222,6 +225,14 @@ def test_completion_prompts_and_defaults() -> None:
     assert request.sampling.max_tokens == DEFAULTS.completion_max_tokens
     single = parse_completion(completion(stream=True, suffix="", best_of=1), DEFAULTS)
     assert single.prompts == ["Once"] and single.stream and not single.include_usage
+    assert (single.n, single.best_of) == (1, 1)
+
+
+def test_completion_n_and_best_of() -> None:
+    for fields, expected in [({"n": 3}, (3, 3)), ({"n": 2, "best_of": 5}, (2, 5)),
+                             ({"n": 4, "best_of": 4, "stream": True}, (4, 4))]:
+        request = parse_completion(completion(**fields), DEFAULTS)
+        assert (request.n, request.best_of) == expected
 
 
 def test_zero_completion_max_tokens_in_config_means_unbounded() -> None:
