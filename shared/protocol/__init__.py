@@ -73,6 +73,8 @@ from reame.shared.protocol.chat import (
     StatusQuery,
     Threads,
     TokenLogprob,
+    ToolCall,
+    ToolFunction,
     WorkerState,
 )
 
@@ -112,6 +114,8 @@ __all__ = [
     "StatusQuery",
     "Threads",
     "TokenLogprob",
+    "ToolCall",
+    "ToolFunction",
     "WorkerState",
     "decode",
     "encode",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 import msgspec
 
@@ -32,6 +32,22 @@ class FinishReason(enum.StrEnum):
     LENGTH = "length"
 
 
+class ToolCall(Struct, frozen=True):
+    """A call an assistant turn of the history made, for a template that writes calls itself."""
+
+    name: str
+    arguments: str  # the arguments' JSON text, as OpenAI clients send it
+    id: str = ""
+
+
+class ToolFunction(Struct, frozen=True):
+    """A function offered to a chat template that lists tools itself (Generate.tools)."""
+
+    name: str
+    parameters: dict[str, Any]  # its JSON schema
+    description: str | None = None
+
+
 # A dataclass, which msgspec decodes as strictly except that it ignores unknown fields:
 # gateway.compress.messages rewrites contents with dataclasses.replace.
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,6 +55,9 @@ class ChatMessage:
     role: str
     content: str
     name: str | None = None
+    # Only when the model's template renders tool calls (gateway.tool_calls); else they are plain text.
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant turn's calls
+    tool_call_id: str | None = None  # a tool turn: the call it answers
 
 
 # The configuration's [sampling] defaults are the only ones: a field left out takes them.
@@ -117,6 +136,7 @@ class Generate(Struct, frozen=True):
     grammar: str | None = None  # GBNF (root rule "root") every reply must follow: response_format
     logprobs: int | None = None  # None: no logprobs; k: each token's and the k most likely tokens'
     background: bool = False
+    tools: list[ToolFunction] | None = None  # offered through the chat template (it lists them itself)
 
 
 class TokenLogprob(Struct, frozen=True):

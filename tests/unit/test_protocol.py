@@ -25,6 +25,14 @@ MESSAGES: list[p.Message] = [
         request_id="r2", sampling=p.SamplingParams(), deadline=2.0,
         messages=[p.ChatMessage("system", "be brief"), p.ChatMessage("user", "hi", name="ann")],
     ),
+    p.Generate(
+        request_id="r5", sampling=p.SamplingParams(), deadline=2.0,
+        messages=[
+            p.ChatMessage("assistant", "", tool_calls=(p.ToolCall("add", '{"a": 1}', id="call_1"),)),
+            p.ChatMessage("tool", "2", tool_call_id="call_1"),
+        ],
+        tools=[p.ToolFunction("add", {"type": "object", "properties": {"a": {"type": "integer"}}}, "Adds.")],
+    ),
     p.Generate(request_id="r3", sampling=p.SamplingParams(), deadline=2.0, prompt="hi", cache_scope="ab" * 16),
     p.Generate(request_id="r4", sampling=p.SamplingParams(), deadline=2.0, prompt="hi", grammar='root ::= "{}"'),
     p.Delta(request_id="r1", text="héllo 🎉", tokens=2),
@@ -127,7 +135,7 @@ def test_the_bytes_are_the_plain_msgpack_of_the_fields() -> None:
     }
     body = {"request_id": "r1", "sampling": sampling, "deadline": 1.5, "prompt": "hi", "messages": None,
             "cache": True, "warm": False, "speculative": "lookup", "cache_scope": "", "grammar": None,
-            "logprobs": None}
+            "logprobs": None, "background": False, "tools": None}
     assert p.encode(message) == _payload(p.PROTOCOL_VERSION, int(p.Kind.GENERATE), body)
 
 
