@@ -23,6 +23,7 @@ import contextlib
 import errno
 import json
 import logging
+import secrets
 import selectors
 import socket
 import threading
@@ -37,6 +38,7 @@ from gunicorn.http import errors as http_errors
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from reame.gateway.errors import INVALID_REQUEST, OVERLOADED, SERVER_ERROR
+from reame.gateway.headers import GENERATED_PREFIX, REQUEST_ID_HEADER
 from reame.gateway.requestlog import log_safe
 
 log = logging.getLogger("gateway.http")
@@ -111,13 +113,17 @@ class _TimedSocket(socket.socket):
 
 def error_response(status: int, reason: str, message: str, code: str, type_: str = INVALID_REQUEST,
                    retry_after: int | None = None) -> bytes:
-    """Return a whole HTTP/1.1 answer with OpenAI's error body, closing the connection."""
+    """Return a whole HTTP/1.1 answer with OpenAI's error body, closing the connection.
+
+    It carries a fresh ``x-request-id``, as every answer of the app does (gateway.headers):
+    the request was not read, so there is no client id to echo.
+    """
     body = json.dumps(
         {"error": {"message": message, "type": type_, "param": None, "code": code}}, ensure_ascii=True
     ).encode("ascii")
     headers = [
         f"HTTP/1.1 {status} {reason}", "Connection: close", "Content-Type: application/json",
-        f"Content-Length: {len(body)}",
+        f"Content-Length: {len(body)}", f"{REQUEST_ID_HEADER}: {GENERATED_PREFIX}{secrets.token_hex(12)}",
     ]
     if retry_after is not None:
         headers.append(f"Retry-After: {retry_after}")

@@ -77,6 +77,7 @@ def assert_openai_error(answer: bytes, status: int | tuple[int, ...]) -> dict[st
     assert code in (status if isinstance(status, tuple) else (status,)), answer[:300]
     assert 400 <= code < 500
     assert headers.get("Content-Type", "").startswith("application/json")
+    assert headers.get("X-Request-Id")  # refused connections and gunicorn's errors too
     assert set(body["error"]) >= {"message", "type", "param", "code"}
     error: dict[str, Any] = body["error"]
     return error

@@ -31,6 +31,8 @@ def test_error_answers_are_whole_http_messages_in_openai_shape() -> None:
     assert lines[0] == "HTTP/1.1 429 Too Many Requests"
     assert {"Connection: close", "Content-Type: application/json", "Retry-After: 2",
             f"Content-Length: {len(body)}"} <= set(lines[1:])
+    request_ids = [line.split(": ", 1)[1] for line in lines if line.startswith("X-Request-Id: ")]
+    assert len(request_ids) == 1 and request_ids[0].startswith("req-")  # as every answer of the app has one
     assert json.loads(body) == {"error": {"message": "slow down", "type": "overloaded_error", "param": None,
                                           "code": "too_many_connections"}}
 
