@@ -146,6 +146,7 @@ class Peer:
     extra: tuple[str, ...] = ("--cache", "true")
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    clients: list[openai.OpenAI] = field(default_factory=list, repr=False)  # closed by stop()
 
     def launch(self) -> None:
         args = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model), "--n_ctx", str(self.n_ctx),
@@ -156,7 +157,10 @@ class Peer:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait(self) -> None:
-        client = self.client(timeout=5)
+        with openai.OpenAI(base_url=self.base_url, api_key="x", max_retries=0, timeout=5) as client:
+            self._wait(client)
+
+    def _wait(self, client: openai.OpenAI) -> None:
         deadline = time.monotonic() + PEER_START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
@@ -171,6 +175,9 @@ class Peer:
         raise RuntimeError(f"python -m llama_cpp.server did not start (needs `pip install 'reame[bench]'`):\n{tail}")
 
     def stop(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.clients.clear()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -180,9 +187,15 @@ class Peer:
                 self.proc.wait()
         self.proc = None
 
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
     def client(self, timeout: float = 900) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="x", max_retries=0,
-                             timeout=timeout)
+        """Return an openai client to the peer; stop() closes it."""
+        client = openai.OpenAI(base_url=self.base_url, api_key="x", max_retries=0, timeout=timeout)
+        self.clients.append(client)
+        return client
 
 
 @contextmanager

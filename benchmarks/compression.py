@@ -29,11 +29,12 @@ def run(setup: Setup) -> Section:
     answers: dict[str, list[tuple[Question, Timing, bool]]] = {side: [] for side in SIDES}
     try:
         with both(setup, "compress", 1, peer, workers_threads=str(setup.threads)) as (reame, _):
+            ours, theirs = reame.client(timeout=900), peer.client()
             for index, name in enumerate(docs):
                 mine = [q for q in questions if q.doc == name]
                 shift = index % len(SIDES)
                 for side in SIDES[shift:] + SIDES[:shift]:
-                    client = peer.client() if side == "peer" else reame.client(timeout=900)
+                    client = theirs if side == "peer" else ours
                     extra: dict[str, Any] = {} if side == "peer" else {"extra_body": {"reame": {"compress": side}}}
                     for i, question in enumerate(mine):
                         messages = chat(docs[name], f"{question.question}\n{INSTRUCTION}")

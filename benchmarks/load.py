@@ -51,10 +51,10 @@ def run(setup: Setup) -> Section:
     timings: dict[str, list[Timing]] = {"reame": [], "peer": []}
     try:
         with both(setup, "load", workers, peer, workers_threads="1") as (reame, _):
+            clients = {"reame": reame.client(timeout=900), "peer": peer.client()}
             for r in range(rounds):
                 for side in (["reame", "peer"] if r % 2 == 0 else ["peer", "reame"]):
-                    client = reame.client(timeout=900) if side == "reame" else peer.client()
-                    wall, got = load_run(client, documents(setup, count, QUICK_CHARS), per_doc, progress, side)
+                    wall, got = load_run(clients[side], documents(setup, count, QUICK_CHARS), per_doc, progress, side)
                     walls[side] += wall
                     timings[side] += got
     finally:

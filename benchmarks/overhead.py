@@ -55,8 +55,9 @@ def run(setup: Setup) -> Section:
     try:
         with both(setup, "overhead", 1, peer, workers_threads=str(setup.threads)) as (reame, _):
             # One warm-up each: the first request of a process pays for lazy set-up.
-            ask(reame.client(), [{"role": "user", "content": "Hi"}], 2)
-            ask(peer.client(), [{"role": "user", "content": "Hi"}], 2)
+            ours, theirs = reame.client(timeout=900), peer.client()
+            ask(ours, [{"role": "user", "content": "Hi"}], 2)
+            ask(theirs, [{"role": "user", "content": "Hi"}], 2)
             in_process(llama, "Hi", eos, 2)
             n = 0
             for _ in range(rounds):
@@ -66,10 +67,10 @@ def run(setup: Setup) -> Section:
                         prompt = f"Note {n}. Write a detailed essay about {topic}, in several paragraphs."
                         messages = [{"role": "user", "content": prompt}]
                         if side == "reame":
-                            timing = ask(reame.client(timeout=900), messages, max_tokens, logit_bias=bias,
+                            timing = ask(ours, messages, max_tokens, logit_bias=bias,
                                          extra_body={"reame": {"speculative": "off", "cache": False}})
                         elif side == "peer":
-                            timing = ask(peer.client(), messages, max_tokens, logit_bias=bias)
+                            timing = ask(theirs, messages, max_tokens, logit_bias=bias)
                         else:
                             timing = in_process(llama, prompt, eos, max_tokens)
                         timings[side].append(timing)

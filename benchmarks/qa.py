@@ -64,13 +64,13 @@ def run(setup: Setup) -> Section:
     try:
         for phase in (steps, after):
             with both(setup, "qa", 1, peer, workers_threads=str(setup.threads)) as (reame, _):
+                clients = {"reame": reame.client(timeout=900), "peer": peer.client()}
                 for d, q, label in phase:
                     messages = chat(docs[d], QUESTIONS[q % len(QUESTIONS)])
                     pair: dict[str, Timing] = {}
                     sides = ["reame", "peer"] if len(labels) % 2 == 0 else ["peer", "reame"]
                     for side in sides:
-                        client = reame.client(timeout=900) if side == "reame" else peer.client()
-                        pair[side] = ask(client, messages, MAX_TOKENS)
+                        pair[side] = ask(clients[side], messages, MAX_TOKENS)
                         progress.step(f"{side} {label}")
                     ours.append(pair["reame"])
                     theirs.append(pair["peer"])

@@ -10,9 +10,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -88,6 +89,9 @@ class Server:
     proc: subprocess.Popen[bytes]
     port: int
     tmp: Path
+    # The openai clients handed out and not closed yet: stop() closes them (their pooled sockets).
+    _clients: list[openai.OpenAI] = field(default_factory=list, repr=False, compare=False)
+    _clients_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def log_path(self) -> Path:
@@ -109,8 +113,23 @@ class Server:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def client(self, api_key: str = "unused", **kwargs: Any) -> openai.OpenAI:
-        """Return an openai client; it sends ``api_key`` as ``Authorization: Bearer``."""
-        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kwargs)
+        """Return an openai client; it sends ``api_key`` as ``Authorization: Bearer``.
+
+        Close it (``with server.client() as client:``) when done with it; stop() closes
+        any still open, so a client used inline leaves no socket to the garbage collector.
+        """
+        client = openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kwargs)
+        with self._clients_lock:
+            self._clients = [c for c in self._clients if not c.is_closed()]
+            self._clients.append(client)
+        return client
+
+    def close_clients(self) -> None:
+        """Close the clients client() handed out."""
+        with self._clients_lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
 
     def request(
         self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
@@ -162,6 +181,7 @@ class Server:
 
     def stop(self) -> list[int]:
         """SIGTERM the server and wait; return the processes it left behind."""
+        self.close_clients()
         family = descendants(self.proc.pid)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

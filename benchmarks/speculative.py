@@ -34,6 +34,7 @@ def run(setup: Setup) -> Section:
     try:
         with both(setup, "speculative", 1, plain, workers_threads=str(setup.threads), **draft) as (reame, _):
             lookup.wait()
+            ours, peers = reame.client(timeout=900), {"peer": plain.client(), "peer lookup": lookup.client()}
             for index, (name, _kind, text) in enumerate(prompts):
                 for round_ in range(rounds):
                     shift = (index + round_) % len(sides)
@@ -41,10 +42,10 @@ def run(setup: Setup) -> Section:
                         messages = [{"role": "user", "content": text}]
                         if side.startswith("reame"):
                             mode = side.split()[1]
-                            timing = ask(reame.client(timeout=900), messages, max_tokens,
+                            timing = ask(ours, messages, max_tokens,
                                          extra_body={"reame": {"speculative": mode, "cache": False}})
                         else:
-                            timing = ask((lookup if side == "peer lookup" else plain).client(), messages, max_tokens)
+                            timing = ask(peers[side], messages, max_tokens)
                         runs.setdefault((name, side), []).append(timing)
                         progress.step(f"{name} {side}")
     finally:

@@ -92,12 +92,12 @@ class Outcome:
 def stream(server: Server, body: dict[str, Any], outcome: Outcome, timeout: float = 300.0) -> None:
     """Stream ``body`` with the openai client, recording what came back in ``outcome``."""
     try:
-        client = server.client(timeout=timeout)
-        for chunk in client.chat.completions.create(**{**body, "stream": True}):
-            if chunk.choices and chunk.choices[0].delta.content:
-                outcome.text += chunk.choices[0].delta.content
-                outcome.chunks += 1
-                outcome.first_token.set()
+        with server.client(timeout=timeout) as client:
+            for chunk in client.chat.completions.create(**{**body, "stream": True}):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    outcome.text += chunk.choices[0].delta.content
+                    outcome.chunks += 1
+                    outcome.first_token.set()
         outcome.kind = "completed"
     except openai.APIStatusError as err:
         outcome.kind = "status"
