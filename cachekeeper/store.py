@@ -1,10 +1,9 @@
 """Own a directory of cache entries: find the longest stored prefix, admit, evict, repair.
 
 The directory holds one ``<key>.kv`` file per entry (see entry.py), the SQLite index
-(see index.py) and a lock file: one process owns a directory at a time, so at open
-any temporary file is a dead writer's and is removed, and the index is reconciled
-with the files (rows without a file dropped, files without a row re-read). A kill
--9 at any point therefore costs at most the entry being written.
+(see index.py) and a lock file: one process owns a directory at a time, and at open
+directory.py removes what dead writers left and reconciles the index with the files.
+A kill -9 at any point therefore costs at most the entry being written.
 
 Every public method takes one internal lock; streaming a payload in or out happens
 outside it, so one thread may stream an entry while another looks up.
@@ -15,7 +14,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
-import fcntl
 import logging
 import os
 import shutil
@@ -27,14 +25,15 @@ from types import TracebackType
 from typing import Final
 
 from reame.cachekeeper import entry
-from reame.cachekeeper.index import Index, IndexCorrupt, IndexRow, index_files
+from reame.cachekeeper.directory import INDEX_NAME, StoreLocked, index_row, open_index, reconcile, take_directory
+from reame.cachekeeper.index import IndexRow
 from reame.shared.kv_entry import CHUNK_BYTES, CorruptEntry, EntryHeader
-from reame.shared.prefix import is_entry_key
 
 log = logging.getLogger(__name__)
 
-INDEX_NAME: Final = "index.sqlite3"
-LOCK_NAME: Final = ".lock"
+__all__ = ["INDEX_NAME", "Corruption", "Match", "PendingPut", "ReadHandle", "Refusal", "Store",
+           "StoreLocked", "StoreStats", "disk_free_bytes"]
+
 # last_used strictly increases even when the clock stands still: recency is order of use.
 _TICK: Final = 1e-6
 
@@ -47,10 +46,6 @@ class Refusal(enum.StrEnum):
     NO_ROOM = "no_room"  # the cap cannot be met without evicting entries in use
     PRESENT = "present"  # already stored
     IN_PROGRESS = "in_progress"  # another put of the same key is under way
-
-
-class StoreLocked(RuntimeError):
-    """Another process owns this store directory."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -151,76 +146,15 @@ class Store:
         self._readers: collections.Counter[str] = collections.Counter()
         self._counts: collections.Counter[str] = collections.Counter()
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._take_directory()
+        self._lock_fd = take_directory(self.directory)
         try:
-            self._index = self._open_index()
+            self._index = open_index(self.directory)
             self._last_use = self._index.latest_use()
-            self._reconcile()
+            self._counts["corrupt"] += reconcile(self.directory, self._index)
             self._make_room(0)
         except BaseException:
             os.close(self._lock_fd)
             raise
-
-    def _take_directory(self) -> int:
-        fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as err:
-            os.close(fd)
-            raise StoreLocked(f"{self.directory} is in use by another process") from err
-        return fd
-
-    def _open_index(self) -> Index:
-        path = self.directory / INDEX_NAME
-        try:
-            return Index(path)
-        except IndexCorrupt as err:
-            log.warning("cache index unusable (%s); rebuilding it from the entry files", err)
-            for stale in index_files(path):
-                stale.unlink(missing_ok=True)
-            return Index(path)
-
-    def _reconcile(self) -> None:
-        """Make the index and the entry files agree, trusting the files."""
-        files: dict[str, Path] = {}
-        for path in self.directory.iterdir():
-            if path.name.startswith(".") and path.name.endswith(entry.TEMP_SUFFIX):
-                log.info("removing %s, left by a writer that did not finish", path.name)
-                path.unlink(missing_ok=True)
-            elif path.suffix == entry.ENTRY_SUFFIX and is_entry_key(path.stem):
-                files[path.name] = path
-        for row in self._index.rows():
-            found = files.pop(row.file, None)
-            if found is None:
-                self._index.remove(row.key)  # a row without a file: the file's removal was interrupted
-            elif found.stat().st_size != row.bytes or found.stem != row.key:
-                self._index.remove(row.key)
-                files[found.name] = found  # re-read below
-        for unindexed in files.values():  # committed by a writer killed before its index row
-            self._admit_file(unindexed)
-
-    def _admit_file(self, path: Path) -> None:
-        try:
-            header = entry.read_header(path)
-            if header.key() != path.stem:
-                raise CorruptEntry("file name does not match the tokens in its header")
-            stat = path.stat()
-        except CorruptEntry as err:
-            log.warning("deleting corrupt cache entry %s: %s", path.name, err.reason)
-            path.unlink(missing_ok=True)
-            self._counts["corrupt"] += 1
-            return
-        except OSError as err:
-            log.warning("skipping unreadable cache entry %s: %s", path.name, err)
-            return
-        self._index.add(self._row(path.stem, header, stat.st_size, stat.st_mtime), header.blocks)
-
-    @staticmethod
-    def _row(key: str, header: EntryHeader, size: int, last_used: float) -> IndexRow:
-        return IndexRow(
-            key, key + entry.ENTRY_SUFFIX, header.fingerprint, header.kv_type, header.block_tokens, header.n_tokens,
-            size, header.created, last_used,
-        )
 
     def _now(self) -> float:
         self._last_use = max(self._clock(), self._last_use + _TICK)
@@ -306,7 +240,7 @@ class Store:
             with self._lock:
                 self._writing.pop(put.key, None)
         with self._lock:
-            self._index.add(self._row(put.key, put.header, size, self._now()), put.header.blocks)
+            self._index.add(index_row(put.key, put.header, size, self._now()), put.header.blocks)
             self._counts["puts"] += 1
 
     def abort(self, put: PendingPut) -> None:
