@@ -82,10 +82,16 @@ class Placement:
             self.counters.affinity_hits += 1
         self._holds[worker] = chain
 
-    def finished(self, worker: bytes, chain: affinity.Chain, done: p.Done | None) -> None:
-        """Learn from a request's end; ``done`` None: it failed, anywhere in its prompt."""
+    def finished(self, worker: bytes, chain: affinity.Chain, done: p.Done | None, *, count: bool = True) -> None:
+        """Learn from a request's end; ``done`` None: it failed, anywhere in its prompt.
+
+        ``count`` False leaves the prefill counters alone (background warms have their own).
+        """
         if done is None:
             self._holds.pop(worker, None)
+            return
+        if not count:
+            self._observe(chain, done)
             return
         counters = self.counters
         # Reusing a chat template's opening tokens is not reading a document once.

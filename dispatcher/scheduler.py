@@ -21,6 +21,8 @@ heartbeats:
 - Delta is forwarded to the request's client and marks the request started
   (its output can no longer be replayed). Done and Error are forwarded and free
   the worker, which takes the next queued request.
+- Background warms (Generate.background) take only cores no user request needs,
+  and yield to one at their next batch (dispatcher.background).
 - A worker silent for ``liveness`` heartbeat intervals, or that sends
   Disconnect, is removed. Its request goes back to the front of the queue if
   nothing had been forwarded yet and it had not been dispatched
@@ -38,8 +40,10 @@ from typing import Final
 import msgspec
 
 from reame.dispatcher import affinity, threads
+from reame.dispatcher.background import Background
 from reame.dispatcher.placement import AFFINITY_SLACK, MIN_SHARE_CHARS, Placement
 from reame.dispatcher.state import Dest, Request, Send, Worker, error
+from reame.dispatcher.warms import Warms
 from reame.shared import protocol as p
 
 log = logging.getLogger(__name__)
@@ -49,8 +53,7 @@ log = logging.getLogger(__name__)
 MAX_DISPATCHES: Final = 2
 
 
-
-class Scheduler:
+class Scheduler(Warms):
     """Track workers, queued and running requests; turn each event into sends."""
 
     def __init__(
@@ -62,8 +65,10 @@ class Scheduler:
         liveness: int = p.HEARTBEAT_LIVENESS,
         lend_threads: bool = False,
         affinity_slack: float = AFFINITY_SLACK,
+        save_min_tokens: int | None = None,
     ) -> None:
         self._lend = lend_threads
+        self._save_min = save_min_tokens
         self._queue_size = queue_size
         self._interval = interval
         self._ttl = interval * liveness
@@ -73,19 +78,21 @@ class Scheduler:
         self._queue: collections.OrderedDict[str, None] = collections.OrderedDict()  # FIFO
         self._heartbeat_at = now + interval
         self.placement = Placement(affinity_slack)
+        self.background = Background()
 
     @property
     def next_heartbeat_at(self) -> float:
         """The time the next round of heartbeats is due."""
         return self._heartbeat_at
 
-    def status(self) -> p.Status:
-        """Count workers and requests, as a StatusQuery reply."""
+    def status(self, prefix: affinity.Chain = ()) -> p.Status:
+        """Count workers and requests, as a StatusQuery reply; say how much of ``prefix`` is read."""
+        warms = self.background.counters
         return p.Status(
             workers=len(self._workers),
             idle_workers=len(self._idle),
             queued=len(self._queue),
-            running=len(self._requests) - len(self._queue),
+            running=len(self._requests) - len(self._queue) - len(self.background.queue),
             full_prefills=self.placement.counters.full_prefills,
             reused_from_memory=self.placement.counters.reused_from_memory,
             reused_from_store=self.placement.counters.reused_from_store,
@@ -94,6 +101,9 @@ class Scheduler:
                 p.WorkerState(w.name, w.request_id is not None, w.served, *self.placement.held(w.identity))
                 for w in self._workers.values()
             ],
+            warms_started=warms.started, warms_finished=warms.finished, warms_preempted=warms.preempted,
+            prefix_chars=self._read_chars(prefix),
+            prefix_warming=self.background.warming(prefix),
         )
 
     # -- events from workers -------------------------------------------------
@@ -160,14 +170,16 @@ class Scheduler:
             log.debug("dropped end of unknown request %r from %s", message.request_id, worker.name)
             return []
         del self._requests[request.request_id]
-        self.placement.finished(worker.identity, request.chain, message if isinstance(message, p.Done) else None)
+        done = message if isinstance(message, p.Done) else None
+        self.placement.finished(worker.identity, request.chain, done, count=not request.background)
         worker.request_id = None
         worker.served += 1
         self._idle[worker.identity] = None
-        if isinstance(message, p.Done):
+        if done is not None and not request.background:
             # Only the dispatcher knows how long the request waited for a worker.
-            message = msgspec.structs.replace(message, queue_ms=(request.assigned_at - request.arrived) * 1000)
-        return [Send(Dest.CLIENT, request.client, message), *self._dispatch_queued(now), *self._lend_threads()]
+            message = msgspec.structs.replace(done, queue_ms=(request.assigned_at - request.arrived) * 1000)
+        sends = [] if self._ended(request, done) else [Send(Dest.CLIENT, request.client, message)]
+        return [*sends, *self._dispatch_queued(now), *self._lend_threads()]
 
     # -- events from clients -------------------------------------------------
 
@@ -178,7 +190,8 @@ class Scheduler:
         elif isinstance(message, p.Cancel):
             return self._on_cancel(identity, message)
         elif isinstance(message, p.StatusQuery):
-            return [Send(Dest.CLIENT, identity, self.status())]
+            prefix = tuple(affinity.Link(digest, chars) for digest, chars in message.prefix)
+            return [Send(Dest.CLIENT, identity, self.status(prefix))]
         elif isinstance(message, p.Heartbeat):
             return []  # clients need not send them; harmless if they do
         else:
@@ -197,6 +210,8 @@ class Scheduler:
             return [error(client, request_id, p.ErrorCode.TIMEOUT,
                            "the request's deadline passed before it was dispatched")]
         request = Request(generate, client, chain=affinity.chain(generate), arrived=now)
+        if generate.background:
+            return self._on_warm(request, now)
         room = len(self._queue) < self._queue_size
         if self._idle:
             worker = self._choose(request, now, can_wait=room)
@@ -211,7 +226,7 @@ class Scheduler:
             self._choose(request, now, can_wait=True)  # only to note whom it waits for
         self._requests[request_id] = request
         self._queue[request_id] = None
-        return []
+        return self._preempt()
 
     def _on_cancel(self, client: bytes, cancel: p.Cancel) -> list[Send]:
         request = self._requests.get(cancel.request_id)
@@ -219,7 +234,8 @@ class Scheduler:
             log.debug("cancel for unknown request %r from client %r", cancel.request_id, client)
             return []
         if request.worker is None:
-            del self._queue[request.request_id]
+            self._queue.pop(request.request_id, None)
+            self.background.forget(request.request_id, request.chain)
             del self._requests[request.request_id]
             return [error(client, request.request_id, p.ErrorCode.CANCELLED, "cancelled while queued")]
         if request.cancelled:
@@ -250,7 +266,7 @@ class Scheduler:
                                 "the request's deadline passed while it was queued"))
         if self._idle and any(self._requests[r].prefer is not None for r in self._queue):
             sends += self._dispatch_queued(now)
-        return sends
+        return sends + self._dispatch_warms(now)
 
     def heartbeats(self, now: float) -> list[Send]:
         """Heartbeat every worker and every client waiting on a request, once per interval."""
@@ -274,6 +290,7 @@ class Scheduler:
                                 "the dispatcher is shutting down"))
         self._requests.clear()
         self._queue.clear()
+        self.background.queue.clear()
         self._idle.clear()
         self._workers.clear()
         return sends
@@ -309,7 +326,8 @@ class Scheduler:
         request.dispatches += 1
         request.prefer = None
         request.assigned_at = now
-        return [*self._lend_threads(), Send(Dest.WORKER, identity, request.generate)]
+        stops = self._yield_host(request, worker.host)
+        return [*stops, *self._lend_threads(), Send(Dest.WORKER, identity, request.generate)]
 
     def _lend_threads(self) -> list[Send]:
         """Tell every busy worker whose share of its host's threads changed what it is now."""
@@ -341,7 +359,7 @@ class Scheduler:
             worker = self._choose(request, now, can_wait=request.generate.deadline > now)
             if worker is not None or request.generate.deadline <= now:
                 sends += self._take(request, worker, now)
-        return sends
+        return sends + self._preempt() + self._dispatch_warms(now)
 
     def _take(self, request: Request, worker: bytes | None, now: float) -> list[Send]:
         """Take ``request`` off the queue and give it to ``worker``, or fail it if its deadline passed."""
@@ -365,6 +383,8 @@ class Scheduler:
             return []
         request = self._requests[worker.request_id]
         request.worker = None
+        if request.background:
+            return self._lost_warm(request)
         if request.cancelled:
             del self._requests[request.request_id]
             return [error(request.client, request.request_id, p.ErrorCode.CANCELLED,

@@ -42,6 +42,7 @@ class Request:
     worker: bytes | None = None  # None while queued
     started: bool = False  # a Delta reached the client
     cancelled: bool = False  # the client asked; the worker has been told
+    preempted: bool = False  # a background warm told to yield to a user request
     dispatches: int = 0
     chain: affinity.Chain = ()
     prefer: bytes | None = None  # the busy worker it waits for while queued
@@ -52,6 +53,10 @@ class Request:
     @property
     def request_id(self) -> str:
         return self.generate.request_id
+
+    @property
+    def background(self) -> bool:
+        return self.generate.background
 
 
 def error(client: bytes, request_id: str, code: p.ErrorCode, message: str) -> Send:
