@@ -117,13 +117,14 @@ class PrefixCache:
             return False
         return cache_policy.restore_length(header.tokens, prompt, local, self._block_tokens) > 0
 
-    def save(self, kv: KvCache, prompt: Sequence[int], warm: bool) -> bool:
+    def save(self, kv: KvCache, prompt: Sequence[int], warm: bool, *, wait: bool | None = None) -> bool:
         """Store the state of ``prompt`` (at the head of ``kv``) if worth it; True if the store has it.
 
         The entry is filed under the scope of ``kv``, where only that scope finds it.
 
-        A warm request waits for the cachekeeper's answer; any other save is queued,
-        the engine does not wait for it.
+        A warm request waits for the cachekeeper's answer (unless ``wait`` is False: a
+        background warm must not keep a user request waiting); any other save is
+        queued, the engine does not wait for it.
         """
         n_prompt = len(prompt)
         if kv.stored >= n_prompt:
@@ -138,7 +139,7 @@ class PrefixCache:
         state = kv.save_state()
         # A queued save counts as stored: should it fail, a later request saves the prompt.
         fingerprint = scoped_fingerprint(self.fingerprint, kv.scope)
-        if warm:
+        if warm if wait is None else wait:
             stored = self.service.save_and_wait(prompt, state, fingerprint=fingerprint)
         else:
             stored = self.service.save(prompt, state, fingerprint=fingerprint)

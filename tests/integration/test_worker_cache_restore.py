@@ -318,6 +318,35 @@ def test_warm_then_query(keeper: StoreKeeper, fresh_engine: EngineFactory, refer
     assert done.cached_tokens >= document_tokens(fresh) - 2
 
 
+def test_a_background_warm_stops_between_batches_and_resumes_from_what_it_stored(
+    keeper: StoreKeeper, fresh_engine: EngineFactory, reference: dict[str, str]
+) -> None:
+    engine = fresh_engine()
+
+    class AfterOneBatch(threading.Event):
+        """The dispatcher's Cancel, arriving while the first batch of the prompt is read."""
+
+        def is_set(self) -> bool:
+            return len(engine.kv) >= 512  # checked before each batch: the second one is not read
+
+    out: list[p.Message] = []
+    warm = p.Generate("w", GREEDY, time.time() + 120, prompt=DOCUMENT, warm=True, background=True)
+    engine.run(warm, out.append, AfterOneBatch())
+    assert out == [p.Error("w", p.ErrorCode.CANCELLED, "the request was cancelled")]
+    keeper.wait_for_entries(1)  # what it had read: the first batch
+    resumed = fresh_engine()
+    out.clear()
+    resumed.run(warm, out.append, threading.Event())
+    (done,) = out
+    assert isinstance(done, p.Done) and done.cache_saved
+    assert done.cached_tokens == done.restored_tokens == 512 < done.prompt_tokens
+    keeper.wait_for_entries(2)  # not waited for by the warm: a user request may need the worker
+    fresh = fresh_engine()
+    text, asked = ask(fresh, DOCUMENT + QUESTION_B)
+    assert text == reference[QUESTION_B]
+    assert asked.cached_tokens >= document_tokens(fresh) - 2
+
+
 def test_no_cachekeeper_costs_one_timeout(
     path: Path, fingerprint: bytes, context: zmq.Context[zmq.Socket[bytes]], tmp_path: Path,
     reference: dict[str, str],

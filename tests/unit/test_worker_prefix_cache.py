@@ -198,6 +198,15 @@ def test_a_warm_request_saves_short_prompts_and_waits(cache: PrefixCache, servic
     assert service.saved == [(prompt, b"state:3", True)]
 
 
+def test_a_background_warm_saves_short_prompts_without_waiting(
+    cache: PrefixCache, service: FakeService, kv: KvCache
+) -> None:
+    prompt = DOC[:3]
+    prefill(kv, prompt)
+    assert cache.save(kv, prompt, warm=True, wait=False)  # queued: a user request may be waiting for the worker
+    assert service.saved == [(prompt, b"state:3", False)]
+
+
 def test_a_restored_prefix_is_not_saved_again(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
     service.put(DOC, b"state:20")
     prompt = [*DOC, 1, 2, 3]  # three new tokens: fewer than MIN_TOKENS
