@@ -280,14 +280,24 @@ class Engine:
             raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), PARAM) from err
 
     def _warm(self, request: Generate, cancel: threading.Event) -> Done:
-        """Read the prompt and store its state; nothing is generated."""
+        """Read the prompt and store its state; nothing is generated.
+
+        A background warm (dispatcher.background) is cancelled to make way for a user
+        request: it stores what it has read, from which it resumes later, and does
+        not wait for the store's answer, so the user request waits one batch at most.
+        """
         started = time.perf_counter()
         prompt, what, _ = self._prompt(request, cancel)
         self._budget(len(prompt), None, what)
-        reused = self._prefill(prompt, request, cancel)
+        try:
+            reused = self._prefill(prompt, request, cancel)
+        except RequestFailed as err:
+            if request.background and err.code == ErrorCode.CANCELLED:
+                self._save(request, list(self.kv.tokens))
+            raise
         saved = False
         if self.cache is not None and request.cache:
-            saved = self.cache.save(self.kv, prompt, warm=True)
+            saved = self.cache.save(self.kv, prompt, warm=True, wait=not request.background)
         return Done(
             request_id=request.request_id,
             finish_reason=FinishReason.STOP,
