@@ -17,7 +17,7 @@ can change the text: context, batch, KV type, speculative settings, threads), th
 cache scope (the API key's under ``per_key``, and the salt), the prompt or messages
 *after* compression (with the model and its chat template, that text determines the
 prompt tokens), the sampling parameters (seed, stop, max_tokens, logit_bias,
-penalties...), the grammar (response_format, tools) and logprobs.
+penalties...), the grammar (response_format, tools), the tools the template lists and logprobs.
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ def answer_key(identity: bytes, request: Generate) -> str:
     fields = (
         protocol.PROTOCOL_VERSION, identity, request.cache_scope, request.prompt, request.messages, sampling,
         request.grammar, request.logprobs, None if request.speculative is None else request.speculative.value,
+        request.tools,  # the template lists them: they are part of the prompt
     )
     return hashlib.blake2b(msgspec.msgpack.encode(fields), digest_size=32, person=_PERSON).hexdigest()
 

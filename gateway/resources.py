@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import ssl
@@ -26,8 +27,9 @@ from reame.gateway.logprobs import choice_logprobs
 from reame.gateway.requestlog import request_log
 from reame.gateway.responses import Usage
 from reame.gateway.streams import ChatStream, CompletionStream, Meta, SSEStream, collect, next_message
+from reame.gateway.tool_calls import CallFormat, classify
 from reame.gateway.tool_stream import ToolStream
-from reame.gateway.tools import as_tool_call, offer
+from reame.gateway.tools import as_tool_call, offer, template_tools
 from reame.shared import protocol
 from reame.shared.config import Config
 from reame.shared.protocol import ChatMessage, SamplingParams
@@ -53,6 +55,11 @@ class Settings:
         self.created = int(time.time())  # the model's "created": when this gateway started
         self.config = config
         self.answers: AnswerCache | None = None  # one per process, made with the first resource's dispatcher
+
+    @functools.cached_property
+    def call_format(self) -> CallFormat:
+        """How the model's chat template writes tool calls (gateway.tool_calls), read once, on first use."""
+        return classify(self.compressor.tokenizer.chat_template())
 
 
 def read_json(req: falcon.Request, max_bytes: int) -> object:
@@ -153,6 +160,7 @@ class _Generation:
         warm: bool = False,
         grammar: str | None = None,
         logprobs: int | None = None,
+        tools: list[protocol.ToolFunction] | None = None,
     ) -> Call:
         """Refuse what cannot fit the context, compress the prompt or messages as the request asks, send them."""
         compressor = self.settings.compressor
@@ -173,6 +181,7 @@ class _Generation:
             request_id, sampling, deadline, prompt=compressed.prompt, messages=compressed.messages,
             cache=options.cache, warm=warm, speculative=options.speculative,
             cache_scope=auth.cache_scope(key_scope, options.cache_salt), grammar=grammar, logprobs=logprobs,
+            tools=tools,
         )
         # A stored answer replays without the dispatcher; else the reply is recorded for the next time.
         call = self.answers.open(
@@ -198,13 +207,15 @@ class ChatCompletions(_Generation):
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = self.settings
-        request = validation.parse_chat(read_json(req, s.max_body_bytes), s.sampling, s.max_messages)
+        body = read_json(req, s.max_body_bytes)
+        request = validation.parse_chat(body, s.sampling, s.max_messages, lambda: s.call_format)
         record = request_log(req)
         record.request_id = response_id = responses.new_id(responses.CHAT_ID_PREFIX)
-        messages = offer(request.messages, request.tools)  # the functions, in a system note
+        messages = offer(request.messages, request.tools)  # the generic fallback's system note
+        tools = template_tools(request.tools)  # or the template lists them itself
         call = self.open(
             req, response_id, request.sampling, messages=messages, options=request.options,
-            grammar=request.grammar, logprobs=request.logprobs,
+            grammar=request.grammar, logprobs=request.logprobs, tools=tools,
         )
         first = self.first(call, req)
         meta = Meta(response_id, int(time.time()), s.model, request.include_usage, request.logprobs is not None)
@@ -212,15 +223,14 @@ class ChatCompletions(_Generation):
         def open_choice(index: int) -> Call:  # n > 1: in turn, the later ones reusing the prompt's KV state
             return self.open(
                 req, f"{response_id}-{index}", seeded(request.sampling, index), messages=messages,
-                options=request.options, grammar=request.grammar, logprobs=request.logprobs,
+                options=request.options, grammar=request.grammar, logprobs=request.logprobs, tools=tools,
             )
 
         if request.stream:
-            tools = request.tools
             if request.n > 1:
                 stream: SSEStream = ChoicesStream(call, first, meta, record, request.n, open_choice)
-            elif tools is not None:
-                stream = ToolStream(call, first, meta, record, tools)
+            elif request.tools is not None:
+                stream = ToolStream(call, first, meta, record, request.tools)
             else:
                 stream = ChatStream(call, first, meta, record)
             start_stream(req, resp, stream)

@@ -96,6 +96,15 @@ class Tokenizer:
             self._train_context = _train_context(self._model)
         return self._train_context or None
 
+    def chat_template(self) -> str | None:
+        """Return the GGUF's default chat template (``tokenizer.chat_template``), the worker's too; None if none."""
+        if self._load() is None:
+            return None
+        import llama_cpp
+
+        raw: bytes | None = llama_cpp.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
     def load(self) -> None:
         """Load the vocabulary now; raise TokenizerError if it cannot be (the CLI wants to know)."""
         if self._load() is None:

@@ -1,9 +1,9 @@
-"""A streamed chat answer that may be a tool call (gateway.tools).
+"""A streamed chat answer that may call functions (gateway.tools).
 
-Whether a reply calls a function is known only once its JSON is complete, so the
-Deltas are read to the end first; a call is then streamed as OpenAI streams one (a
-chunk with the call's index, id, type and name, then one with its arguments), and
-plain text as one content chunk.
+Whether a reply calls functions is known only once its calls are complete, so the
+Deltas are read to the end first; each call is then streamed as OpenAI streams one (a
+chunk with the call's index, id, type and name, then one with its arguments), after
+the text the reply began with, if any; plain text is one content chunk.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from reame.gateway.client import Call
 from reame.gateway.requestlog import RequestLog
 from reame.gateway.responses import Usage
 from reame.gateway.streams import ChatStream, Meta, next_message
-from reame.gateway.tools import Tools, parse_call
+from reame.gateway.tool_calls import parse_reply
+from reame.gateway.tools import Tools
 from reame.shared.protocol import Delta, Done, FinishReason
 
 
@@ -36,19 +37,20 @@ class ToolStream(ChatStream):
             message = next_message(self._call, self._record)
         self._usage += Usage.from_done(message, self._call.saved_tokens, self._call.compression)
         text = "".join(parts)
-        calls = parse_call(text, self._tools) if message.finish_reason == FinishReason.STOP else None
-        if calls is None:
+        t = self._tools
+        reply = parse_reply(text, t.format, t.names) if message.finish_reason == FinishReason.STOP else None
+        if reply is None:
             yield self._event({"role": "assistant", "content": text})
             yield self._event({}, message.finish_reason.value)
-        elif self._tools.legacy:  # `functions` asked: the legacy function_call delta
-            yield self._event({"role": "assistant", "content": None})
-            function = calls[0]["function"]
+        elif t.legacy:  # `functions` asked: the legacy function_call delta
+            yield self._event({"role": "assistant", "content": reply.content})
+            function = reply.calls[0]["function"]
             yield self._event({"function_call": {"name": function["name"], "arguments": ""}})
             yield self._event({"function_call": {"arguments": function["arguments"]}})
             yield self._event({}, "function_call")
         else:
-            yield self._event({"role": "assistant", "content": None})
-            for index, call in enumerate(calls):
+            yield self._event({"role": "assistant", "content": reply.content})
+            for index, call in enumerate(reply.calls):
                 function = call["function"]
                 head = {"index": index, "id": call["id"], "type": "function",
                         "function": {"name": function["name"], "arguments": ""}}

@@ -1,37 +1,38 @@
-"""Tool calling with a generic prompt and a grammar: ``tools``, ``tool_choice`` and tool results.
+"""Tool calling: ``tools``, ``tool_choice``, ``parallel_tool_calls`` and tool results.
 
-Pure, like gateway.validation (which calls :func:`parse_tools` and :func:`flatten_history`).
-Any chat template can serve it, since the model sees only ordinary messages:
+Pure, like gateway.validation (which calls :func:`parse_tools`, :func:`flatten_history`
+and :func:`history_calls`). How the model sees tools depends on its chat template
+(gateway.tool_calls.classify):
 
-- the functions are listed in a system note that asks for a reply of only
-  ``{"name": ..., "arguments": {...}}`` to call one;
-- the reply is held to that by a grammar built from the functions' parameter schemas
-  (gateway.schema_gbnf, so a schema that cannot be enforced is a 400 naming it):
-  ``required`` and a named function allow only a call, ``auto`` a call or plain text
-  that does not start with ``{``; ``none`` lists no functions and allows any text;
-- earlier calls in the history are written back in that format (an assistant turn
-  holding the call's JSON); their results stay ``tool`` turns (the legacy
-  ``function`` role becomes one).
+- a template that renders tools itself (Hermes/Qwen2.5 ``<tool_call>`` blocks) gets the
+  functions as Generate.tools and the history's calls and results as they are
+  (ChatMessage.tool_calls, ``tool`` turns with their tool_call_id); nothing is added;
+- any other template gets the generic fallback: the functions listed in a system note
+  asking for bare ``{"name": ..., "arguments": {...}}`` objects, one per line, and the
+  history's calls written back as assistant turns holding that JSON.
 
-:func:`parse_call` turns a reply into OpenAI ``tool_calls`` with fresh ``call_`` ids.
-At most one call is made per turn, whatever ``parallel_tool_calls`` says.
+Either way the reply is held by a grammar built from the functions' parameter schemas
+(gateway.schema_gbnf, so a schema that cannot be enforced is a 400 naming it; the
+reply's shape is gateway.tool_calls'): ``required`` and a named function allow only
+calls, ``auto`` calls or text, ``none`` lists no functions and allows any text.
+``parallel_tool_calls`` (default true, as OpenAI) allows several calls in a turn; false
+exactly one. The legacy ``functions`` / ``function_call`` get one call, and the legacy
+``function`` role becomes a ``tool`` turn. :func:`as_tool_call` turns a reply into
+OpenAI ``tool_calls``, each with a fresh ``call_`` id.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import uuid
 from typing import Any, Final
 
 from reame.gateway.errors import APIError, invalid
 from reame.gateway.schema_gbnf import SchemaError, schema_grammar
-from reame.shared.protocol import ChatMessage
+from reame.gateway.tool_calls import CallFormat, parse_reply, reply_grammar
+from reame.shared.protocol import ChatMessage, ToolCall, ToolFunction
 
-CALL_ID_PREFIX: Final = "call_"
 MAX_TOOLS: Final = 128  # as OpenAI allows
-# Plain text under tool_choice auto: anything that does not open a JSON object.
-_PLAIN: Final = 'plain-text ::= [^{] [^\\x00]*'
 
 Json = dict[str, Any]
 
@@ -44,13 +45,25 @@ class Tools:
     choice: str  # "auto", "required" or the forced function's name
     grammar: str
     legacy: bool = False  # offered as `functions`: the reply is a `function_call`
+    format: CallFormat = CallFormat.GENERIC  # how the model's template writes calls
+    parallel: bool = True  # several calls in a turn allowed
 
     @property
     def names(self) -> set[str]:
         return {f["name"] for f in self.functions}
 
 
-def parse_tools(fields: Json) -> Tools | None:
+def uses_tools(fields: Json) -> bool:
+    """True if a chat body offers functions or its history holds calls: the call format matters."""
+    if fields.get("tools") or fields.get("functions"):
+        return True
+    messages = fields.get("messages")
+    return isinstance(messages, list) and any(
+        isinstance(m, dict) and bool(m.get("tool_calls") or m.get("function_call")) for m in messages
+    )
+
+
+def parse_tools(fields: Json, fmt: CallFormat = CallFormat.GENERIC) -> Tools | None:
     """Read ``tools`` / ``functions`` and their choice; None when no function may be called."""
     legacy = fields.get("tools") is None and fields.get("functions") is not None
     key, choice_key = ("functions", "function_call") if legacy else ("tools", "tool_choice")
@@ -73,7 +86,8 @@ def parse_tools(fields: Json) -> Tools | None:
     response_format = fields.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type") not in (None, "text"):
         raise invalid("response_format", "a JSON response_format cannot be combined with tools that may be called")
-    return Tools(functions, choice, _grammar(functions, choice, key), legacy)
+    parallel = fields.get("parallel_tool_calls") is not False and not legacy
+    return Tools(functions, choice, _grammar(functions, choice, key, fmt, parallel), legacy, fmt, parallel)
 
 
 def _function(item: object, where: str, legacy: bool) -> Json:
@@ -111,7 +125,7 @@ def _choice(value: object, where: str, names: set[str]) -> str:
     raise invalid(where, f"{where} must be 'none', 'auto', 'required' or a function")
 
 
-def _grammar(functions: list[Json], choice: str, key: str) -> str:
+def _grammar(functions: list[Json], choice: str, key: str, fmt: CallFormat, parallel: bool) -> str:
     """Return the grammar of a reply under ``choice``, refusing parameter schemas it cannot enforce."""
     chosen = [f for f in functions if choice in ("auto", "required") or f["name"] == choice]
     definitions: Json = {}
@@ -134,12 +148,7 @@ def _grammar(functions: list[Json], choice: str, key: str) -> str:
         grammar = schema_grammar(schema)
     except SchemaError as err:
         raise _refused(err, chosen, key) from err
-    if choice != "auto":
-        return grammar
-    # The call becomes one alternative of the root: rename its rule.
-    lines = [("tool-call ::=" + line[len("root ::="):]) if line.startswith("root ::=") else line
-             for line in grammar.splitlines()]
-    return "\n".join([*lines, _PLAIN, "root ::= tool-call | plain-text"])
+    return reply_grammar(grammar, fmt, choice == "auto", parallel)
 
 
 def _hoist(parameters: Json, prefix: str, definitions: Json) -> Json:
@@ -177,8 +186,11 @@ def _refused(err: SchemaError, chosen: list[Json], key: str) -> APIError:
 
 
 def offer(messages: list[ChatMessage], tools: Tools | None) -> list[ChatMessage]:
-    """Return the messages with the functions offered in a system note (first, or added to the first)."""
-    if tools is None:
+    """Return the messages with the functions offered in a system note (first, or added to the first).
+
+    Only for the generic fallback: a template that lists tools itself gets :func:`template_tools`.
+    """
+    if tools is None or tools.format is not CallFormat.GENERIC:
         return messages
     note = system_note(tools)
     if messages and messages[0].role == "system":
@@ -197,23 +209,34 @@ def system_note(tools: Tools) -> str:
         rule = "Answer with only a JSON object that calls one of them."
     else:
         rule = f"Answer with only a JSON object that calls {tools.choice}."
+    several = " To make several calls, write one object per line." if tools.parallel else ""
     return (
         f"You can call these functions: {listing}\n{rule} "
-        'The object is {"name": <function name>, "arguments": <the arguments as a JSON object>}.'
+        f'The object is {{"name": <function name>, "arguments": <the arguments as a JSON object>}}.{several}'
     )
 
 
-def flatten_history(messages: object, max_messages: int) -> object:
-    """Write tool calls, tool results and refusals of the history as plain messages.
+def template_tools(tools: Tools | None) -> list[ToolFunction] | None:
+    """Return the functions for a chat template that lists them itself (Generate.tools), else None."""
+    if tools is None or tools.format is CallFormat.GENERIC:
+        return None
+    return [ToolFunction(f["name"], f["parameters"], f.get("description")) for f in tools.functions]
 
-    Anything not recognised is left as it is, for gateway.validation to judge (and name).
+
+def flatten_history(messages: object, max_messages: int, fmt: CallFormat = CallFormat.GENERIC) -> object:
+    """Prepare the history's tool calls, tool results and refusals for the model's template.
+
+    Generic: calls become assistant turns holding their JSON. A template that renders
+    calls keeps them (:func:`history_calls` reads them); the legacy ``function_call``
+    becomes a call there. Anything not recognised is left as it is, for
+    gateway.validation to judge (and name).
     """
     if not isinstance(messages, list) or len(messages) > max_messages:
         return messages
-    return [_flatten(m) if isinstance(m, dict) else m for m in messages]
+    return [_flatten(m, fmt) if isinstance(m, dict) else m for m in messages]
 
 
-def _flatten(message: Json) -> Json:
+def _flatten(message: Json, fmt: CallFormat) -> Json:
     role = message.get("role")
     content = message.get("content")
     if isinstance(content, list):  # assistant refusals are text the model said
@@ -221,7 +244,9 @@ def _flatten(message: Json) -> Json:
                    else p for p in content]
         message = {**message, "content": content}
     if role == "assistant" and (message.get("tool_calls") or message.get("function_call")):
-        calls = message.get("tool_calls") or [{"function": message.get("function_call")}]
+        calls = message.get("tool_calls") or [{"type": "function", "function": message.get("function_call")}]
+        if fmt is not CallFormat.GENERIC:
+            return {**{k: v for k, v in message.items() if k != "function_call"}, "tool_calls": calls}
         text = "\n".join(_call_text(call) for call in calls if isinstance(call, dict))
         prefix = content if isinstance(content, str) and content else ""
         return {"role": "assistant", "content": f"{prefix}\n{text}" if prefix else text}
@@ -241,31 +266,41 @@ def _call_text(call: Json) -> str:
     return json.dumps({"name": function.get("name"), "arguments": parsed}, ensure_ascii=False)
 
 
-def parse_call(text: str, tools: Tools) -> list[Json] | None:
-    """Return OpenAI ``tool_calls`` if ``text`` is a call of an offered function, else None."""
-    if not text.lstrip().startswith("{"):
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(value, dict) or value.get("name") not in tools.names or not isinstance(value.get("arguments"),
-                                                                                            dict):
-        return None
-    return [{
-        "id": CALL_ID_PREFIX + uuid.uuid4().hex[:24],
-        "type": "function",
-        "function": {"name": value["name"], "arguments": json.dumps(value["arguments"], ensure_ascii=False)},
-    }]
+def history_calls(fields: Json, where: str) -> tuple[tuple[ToolCall, ...], str | None]:
+    """Return a history message's ``tool_calls`` and ``tool_call_id``, or a 400 naming the bad part."""
+    calls = fields.get("tool_calls")
+    call_id = fields.get("tool_call_id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise invalid(f"{where}.tool_call_id", "tool_call_id must be a string", "invalid_type")
+    if calls is None:
+        return (), call_id
+    if not isinstance(calls, list):
+        raise invalid(f"{where}.tool_calls", "tool_calls must be an array", "invalid_type")
+    read = []
+    for i, call in enumerate(calls):
+        at = f"{where}.tool_calls[{i}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise invalid(f"{at}.function", "a tool call needs a function object", "missing_required_parameter")
+        name, arguments = function.get("name"), function.get("arguments", "{}")
+        if not isinstance(name, str) or not name:
+            raise invalid(f"{at}.function.name", "a tool call needs a function name")
+        if isinstance(arguments, dict):  # a client's shortcut; OpenAI's schema says a JSON string
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        if not isinstance(arguments, str):
+            raise invalid(f"{at}.function.arguments", "arguments must be a JSON string", "invalid_type")
+        found_id = call.get("id") if isinstance(call, dict) else None
+        read.append(ToolCall(name, arguments, found_id if isinstance(found_id, str) else ""))
+    return tuple(read), call_id
 
 
 def as_tool_call(choice: Json, text: str, tools: Tools | None, finished: bool) -> Json:
-    """Return a chat choice with the reply as ``tool_calls`` if it calls a function, else ``choice``."""
-    calls = parse_call(text, tools) if tools is not None and finished else None
-    if calls is None or tools is None:
+    """Return a chat choice with the reply as ``tool_calls`` if it calls functions, else ``choice``."""
+    reply = parse_reply(text, tools.format, tools.names) if tools is not None and finished else None
+    if reply is None or tools is None:
         return choice
     if tools.legacy:
-        message: Json = {"role": "assistant", "content": None, "function_call": calls[0]["function"]}
+        message: Json = {"role": "assistant", "content": reply.content, "function_call": reply.calls[0]["function"]}
         return {**choice, "message": message, "finish_reason": "function_call"}
-    return {**choice, "message": {"role": "assistant", "content": None, "tool_calls": calls},
+    return {**choice, "message": {"role": "assistant", "content": reply.content, "tool_calls": reply.calls},
             "finish_reason": "tool_calls"}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 from reame.gateway.auth import MAX_CACHE_SALT
@@ -34,7 +35,8 @@ from reame.gateway.completion_choices import count_candidates
 from reame.gateway.errors import APIError, invalid
 from reame.gateway.logprobs import chat_logprobs, completion_logprobs
 from reame.gateway.structured import response_grammar
-from reame.gateway.tools import Tools, flatten_history, parse_tools
+from reame.gateway.tool_calls import CallFormat
+from reame.gateway.tools import Tools, flatten_history, history_calls, parse_tools, uses_tools
 from reame.shared.config import SamplingConfig
 from reame.shared.modes import CompressMode, SpeculativeMode, choices
 from reame.shared.protocol import ChatMessage, SamplingParams
@@ -104,17 +106,24 @@ class WarmRequest:
     options: Options = DEFAULT_OPTIONS
 
 
-def parse_chat(body: object, defaults: SamplingConfig, max_messages: int = MAX_MESSAGES) -> ChatRequest:
-    """Validate a /v1/chat/completions body."""
+def parse_chat(
+    body: object, defaults: SamplingConfig, max_messages: int = MAX_MESSAGES,
+    call_format: Callable[[], CallFormat] = lambda: CallFormat.GENERIC,
+) -> ChatRequest:
+    """Validate a /v1/chat/completions body; ``call_format`` says how the model's template writes tool calls.
+
+    It is asked only for a request with tools or tool calls (it may load the vocabulary).
+    """
     fields = _object(body)
+    fmt = call_format() if uses_tools(fields) else CallFormat.GENERIC
     options = _check_common(fields, MAX_CHOICES)
     logprobs = chat_logprobs(fields)
     _absent(fields, "echo", "echo is not supported on chat completions")
-    tools = parse_tools(fields)
+    tools = parse_tools(fields, fmt)
     grammar = response_grammar(fields.get("response_format")) if tools is None else tools.grammar
     stream, include_usage = _stream(fields)
     return ChatRequest(
-        messages=_messages(flatten_history(fields.get("messages"), max_messages), max_messages),
+        messages=_messages(flatten_history(fields.get("messages"), max_messages, fmt), max_messages),
         sampling=_sampling(fields, defaults.chat_max_tokens, defaults),
         stream=stream,
         include_usage=include_usage,
@@ -240,8 +249,12 @@ def _message(value: object, where: str) -> ChatMessage:
     name = fields.get("name")
     if name is not None:
         name = _text(name, f"{where}.name")
+    calls, call_id = history_calls(fields, where)  # kept for a template that renders them (gateway.tools)
     # "developer" is OpenAI's newer name for "system"; chat templates know only the latter.
-    return ChatMessage(role="system" if role == "developer" else role, content=content, name=name)
+    return ChatMessage(
+        role="system" if role == "developer" else role, content=content, name=name,
+        tool_calls=calls if role == "assistant" else (), tool_call_id=call_id if role == "tool" else None,
+    )
 
 
 def _text_part(value: object, where: str) -> str:

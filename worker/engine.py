@@ -327,7 +327,7 @@ class Engine:
             if not request.messages:
                 raise RequestFailed(ErrorCode.INVALID_REQUEST, "messages must not be empty", "messages")
             try:
-                segments = self._template.render_segments(request.messages)
+                segments = self._template.render_segments(request.messages, request.tools)
             except ChatTemplateError as err:
                 raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), "messages") from err
             # The template writes its own special tokens (BOS included, if it wants one),

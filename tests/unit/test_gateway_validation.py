@@ -197,7 +197,7 @@ def test_full_chat_maps_every_field() -> None:
         ChatMessage("system", "be brief"),
         ChatMessage("user", "ab", "ann"),
         ChatMessage("assistant", ""),
-        ChatMessage("tool", "42"),
+        ChatMessage("tool", "42", tool_call_id="x"),
     ]
     s = request.sampling
     assert (s.temperature, s.top_p, s.top_k, s.min_p, s.seed) == (0.0, 0.5, 7, 0.1, -1)
