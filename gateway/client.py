@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Final
 
@@ -56,29 +56,40 @@ class Dispatcher:
         # /ready reports on the cachekeeper too; None: the cache is disabled.
         self.cache = CacheProbe(cache_address, self._context, keys)
 
-    def open(self, request: protocol.Generate, abandoned: Callable[[], bool] | None = None) -> Call:
+    def open(
+        self, request: protocol.Generate, abandoned: Callable[[], bool] | None = None,
+        then: protocol.Generate | None = None,
+    ) -> Call:
         """Send ``request`` on a new socket and return the call that reads its answer.
 
         ``abandoned`` tells whether the HTTP client has hung up (see the module doc).
+        ``then`` (a background warm, gateway.warming) follows on the same socket, so the
+        dispatcher sees it after the request; nobody reads its answer, and closing the
+        call does not cancel it.
         """
         socket = self._socket()
         try:
             socket.send(protocol.encode(request), zmq.NOBLOCK)
+            if then is not None:
+                socket.send(protocol.encode(then), zmq.NOBLOCK)
         except zmq.ZMQError as err:
             socket.close(linger=0)
             raise errors.dispatcher_unavailable(f"cannot reach the dispatcher: {err}") from err
-        return Call(socket, request, self.liveness_s, abandoned)
+        return Call(socket, request, self.liveness_s, abandoned, ignored=None if then is None else then.request_id)
 
     @property
     def context(self) -> zmq.Context[zmq.Socket[bytes]]:
         """The process's ZeroMQ context, for other sockets to the same peers (gateway.answers)."""
         return self._context
 
-    def status(self, timeout_s: float) -> protocol.Status | None:
-        """Ask for the dispatcher's status; None if it does not answer within ``timeout_s``."""
+    def status(self, timeout_s: float, prefix: Sequence[tuple[bytes, int]] = ()) -> protocol.Status | None:
+        """Ask for the dispatcher's status; None if it does not answer within ``timeout_s``.
+
+        ``prefix`` (a prompt's affinity links) also asks how much of it is read (gateway.warming).
+        """
         socket = self._socket()
         try:
-            socket.send(protocol.encode(protocol.StatusQuery()), zmq.NOBLOCK)
+            socket.send(protocol.encode(protocol.StatusQuery(prefix=list(prefix))), zmq.NOBLOCK)
             end = time.monotonic() + timeout_s
             while (left := end - time.monotonic()) > 0:
                 if not socket.poll(int(left * 1000) + 1):
@@ -118,8 +129,10 @@ class Call:
         request: protocol.Generate,
         liveness_s: float,
         abandoned: Callable[[], bool] | None = None,
+        ignored: str | None = None,
     ) -> None:
         self.request = request
+        self._ignored = ignored  # the request id of a warm sent on this socket too: its answer is nobody's
         self.finished = False
         # Prompt tokens that compression saved before sending: reported as
         # usage.reame.uncompressed_prompt_tokens - prompt_tokens.
@@ -155,7 +168,9 @@ class Call:
             self._check_client()
             message = _receive(self._socket)
             if isinstance(message, (protocol.Delta, protocol.Done, protocol.Error)):
-                if message.request_id != request_id:
+                if message.request_id == self._ignored:
+                    pass
+                elif message.request_id != request_id:
                     log.warning("dropped %s for request %s on the socket of %s",
                                 type(message).__name__, message.request_id, request_id)
                 elif isinstance(message, protocol.Error):

@@ -201,6 +201,14 @@ class PeerCollector(Collector):
         yield reuse
         yield self._counter("reame_affinity_waits", "Requests that waited for the worker holding their text.",
                             status.affinity_waits)
+        warms = CounterMetricFamily(
+            "reame_background_warms", "Background reads of documents (gateway.warming), by what became of them.",
+            labels=["model", "event"],
+        )
+        warms.add_metric([self.model, "started"], status.warms_started)
+        warms.add_metric([self.model, "finished"], status.warms_finished)
+        warms.add_metric([self.model, "preempted"], status.warms_preempted)
+        yield warms
 
     def _cache(self, report: p.CacheReport | None) -> Iterator[Metric]:
         yield self._gauge("reame_cache_up", "1 if the cachekeeper answered this scrape.", float(report is not None))

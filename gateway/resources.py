@@ -30,6 +30,7 @@ from reame.gateway.streams import ChatStream, CompletionStream, Meta, SSEStream,
 from reame.gateway.tool_calls import CallFormat, classify
 from reame.gateway.tool_stream import ToolStream
 from reame.gateway.tools import as_tool_call, offer, template_tools
+from reame.gateway.warming import PROBE_TIMEOUT_S, Warming
 from reame.shared import protocol
 from reame.shared.config import Config
 from reame.shared.protocol import ChatMessage, SamplingParams
@@ -147,6 +148,7 @@ class _Generation:
                 settings.config, dispatcher.cache.address, dispatcher.context, dispatcher.keys
             )
         self.answers = settings.answers
+        self.warming = Warming(settings.compressor, lambda prefix: dispatcher.status(PROBE_TIMEOUT_S, prefix))
 
     def open(
         self,
@@ -170,13 +172,14 @@ class _Generation:
             bounds.text_bytes(texts), "prompt" if prompt is not None else "messages", n_ctx,
             None if warm else sampling.max_tokens, compressor.tokenizer.min_tokens,
         )
-        if prompt is not None:
-            compressed = compressor.prompt(prompt, options.compress, warm=warm)
-        else:
-            compressed = compressor.messages(messages or [], options.compress, warm=warm)
         deadline = time.time() + self.settings.request_timeout
         tenant = tenant_of(req)
         key_scope = tenant.scope if tenant is not None and self.settings.per_key_scope else ""
+        # auto's first question about a document is sent as query, with a warm of the document behind it.
+        compressed, mode, reader = self.warming.compress(
+            request_id, deadline, prompt=prompt, messages=messages, mode=options.compress, warm=warm,
+            cache=options.cache, scope=auth.cache_scope(key_scope, options.cache_salt),
+        )
         generate = protocol.Generate(
             request_id, sampling, deadline, prompt=compressed.prompt, messages=compressed.messages,
             cache=options.cache, warm=warm, speculative=options.speculative,
@@ -185,10 +188,11 @@ class _Generation:
         )
         # A stored answer replays without the dispatcher; else the reply is recorded for the next time.
         call = self.answers.open(
-            generate, options.answer_cache, lambda: self.dispatcher.open(generate, disconnect_probe(req.env))
+            generate, options.answer_cache,
+            lambda: self.dispatcher.open(generate, disconnect_probe(req.env), then=reader),
         )
         call.saved_tokens = compressed.saved_tokens
-        call.compression = options.compress or compressor.settings.mode
+        call.compression = mode
         request_log(req).compressed(call.compression, compressed.saved_tokens)
         return call
 
@@ -371,6 +375,10 @@ class Ready:
                 "reused_from_memory": status.reused_from_memory,
                 "reused_from_store": status.reused_from_store,
                 "waited_for_a_worker": status.affinity_waits,
+                # Background warms of documents (gateway.warming): sent to a worker, read whole, yielded.
+                "warms_started": status.warms_started,
+                "warms_finished": status.warms_finished,
+                "warms_preempted": status.warms_preempted,
             },
         })
 

@@ -11,7 +11,9 @@ Pure apart from the token counter it is given. Rules:
   and the whitespace between the two is kept as it was;
 - assistant messages are left alone: they are the model's own words, and a last
   assistant message is a prefix the model continues;
-- a cache warm request has no question: all of it is document.
+- a cache warm request has no question: all of it is document;
+- ``auto`` also returns the document prefix of what it sends (all before the
+  excerpts), for a warm to read while a first question is answered otherwise.
 
 Since ``off``, ``lossless`` and ``facts`` compress a text the same way whatever
 follows it, a document sent before different questions gives the same compressed
@@ -55,11 +57,18 @@ class Policy:
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-    """The compressed text or messages and the tokens saved (original minus compressed)."""
+    """The compressed text or messages and the tokens saved (original minus compressed).
+
+    ``auto`` with excerpts also gives the document prefix (``prefix_prompt`` or
+    ``prefix_messages``): all that comes before the excerpts, the same whatever the
+    question, which a warm reads into the KV cache (gateway.warming).
+    """
 
     saved_tokens: int = 0
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
+    prefix_prompt: str | None = None
+    prefix_messages: list[ChatMessage] | None = None
 
 
 def split_question(text: str, policy: Policy) -> tuple[str, str, str]:
@@ -107,15 +116,18 @@ def compress_messages(messages: list[ChatMessage], policy: Policy, *, warm: bool
                 message = dataclasses.replace(message, content=new)
                 saved += delta
         out.append(message)
+    prefix: list[ChatMessage] | None = None
     if policy.mode == CompressMode.AUTO and question and sources:
         quoted = _excerpts(sources, question, policy)
         if quoted:
             message = out[last_user]
+            head = document_head(message.content, question)
             out[last_user] = dataclasses.replace(message, content=with_excerpts(message.content, quoted, question))
+            prefix = out[:last_user] + ([dataclasses.replace(message, content=head)] if head.strip() else [])
             # The restated lines cost tokens: what auto saved is what facts saved minus them (never below 0:
             # the counters only grow).
             saved = max(0, saved - policy.count(quoted) - policy.count(EXCERPTS_HEADING) - 1)
-    return Result(saved_tokens=saved, messages=out)
+    return Result(saved_tokens=saved, messages=out, prefix_messages=prefix or None)
 
 
 def with_excerpts(content: str, quoted: str, final: str) -> str:
@@ -124,8 +136,12 @@ def with_excerpts(content: str, quoted: str, final: str) -> str:
     What comes before is left byte for byte as it was, so a document sent in the last
     user message still starts the prompt the same way whatever the question.
     """
-    head = content[: len(content) - len(final)] if content.endswith(final) else content + "\n\n"
-    return f"{head}{EXCERPTS_HEADING}\n{quoted}\n\n{final}"
+    return f"{document_head(content, final)}{EXCERPTS_HEADING}\n{quoted}\n\n{final}"
+
+
+def document_head(content: str, final: str) -> str:
+    """Return what :func:`with_excerpts` keeps of ``content`` before the excerpts: all but ``final``."""
+    return content[: len(content) - len(final)] if content.endswith(final) else content + "\n\n"
 
 
 def _excerpts(sources: list[str], question: str, policy: Policy) -> str:
@@ -145,12 +161,15 @@ def compress_prompt(prompt: str, policy: Policy, *, warm: bool = False) -> Resul
     question = "" if warm else split_question(prompt, policy)[2]
     new, saved = _compress(prompt, policy, question, not warm)
     saved = saved if new != prompt else 0
+    prefix = None
     if policy.mode == CompressMode.AUTO and question:
         quoted = _excerpts([split_question(prompt, policy)[0]], question, policy)
         if quoted:
+            head = document_head(new, question)
+            prefix = head if head.strip() else None
             new = with_excerpts(new, quoted, question)
             saved = max(0, saved - policy.count(quoted) - policy.count(EXCERPTS_HEADING) - 1)
-    return Result(saved_tokens=saved, prompt=new)
+    return Result(saved_tokens=saved, prompt=new, prefix_prompt=prefix)
 
 
 def _compress(text: str, policy: Policy, question: str, has_question: bool) -> tuple[str, int]:

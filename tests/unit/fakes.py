@@ -48,6 +48,7 @@ class FakeDispatcher:
         self.workers = workers
         self.received: list[protocol.Message] = []
         self.cancelled = threading.Event()
+        self.prefix_read = False  # StatusQuery.prefix: say that all of it is read (gateway.warming)
         self._held: dict[str, bytes] = {}  # request id -> identity, heartbeated until cancelled
         self._stop = threading.Event()
         self._socket = context.socket(zmq.ROUTER)
@@ -109,7 +110,10 @@ class FakeDispatcher:
                 self._held.pop(message.request_id, None)
                 self.cancelled.set()
             elif isinstance(message, protocol.StatusQuery):
-                status = protocol.Status(workers=self.workers, idle_workers=self.workers, queued=0, running=0)
+                read = message.prefix[-1][1] if message.prefix and self.prefix_read else 0
+                status = protocol.Status(
+                    workers=self.workers, idle_workers=self.workers, queued=0, running=0, prefix_chars=read
+                )
                 self._socket.send_multipart([identity, protocol.encode(status)])
 
 

@@ -73,6 +73,33 @@ def test_a_raw_prompt_gets_the_same_construction() -> None:
     assert out.endswith("\n\nWhen does the season end?")
 
 
+def test_the_document_prefix_is_what_comes_before_the_excerpts_whatever_the_question() -> None:
+    results = [
+        compress_messages([ChatMessage("system", DOCUMENT), ChatMessage("user", question)], policy())
+        for question in ("How much is the deposit for an e-bike?", "When does the season end?")
+    ]
+    for result in results:
+        assert result.prefix_messages == [ChatMessage("system", compress(DOCUMENT, "facts"))]
+        assert (result.messages or [])[:1] == result.prefix_messages
+    # In the last user message: the document part, with the blank line that separates it from the excerpts.
+    content = DOCUMENT + "\n\nCan I pay the deposit with a debit card?"
+    result = compress_messages([ChatMessage("user", content)], policy())
+    (head,) = result.prefix_messages or []
+    assert head.content == compress(DOCUMENT, "facts") + "\n\n"
+    assert (result.messages or [])[0].content.startswith(head.content + EXCERPTS_HEADING)
+    prompt = compress_prompt(DOCUMENT + "\n\nWhen does the season end?", policy())
+    assert prompt.prefix_prompt == compress(DOCUMENT, "facts") + "\n\n"
+    assert (prompt.prompt or "").startswith(prompt.prefix_prompt + EXCERPTS_HEADING)
+
+
+def test_no_prefix_without_excerpts_or_in_another_mode() -> None:
+    assert compress_messages([ChatMessage("system", DOCUMENT), ChatMessage("user", "Xylophone?")],
+                             policy()).prefix_messages is None
+    assert compress_messages([ChatMessage("system", DOCUMENT), ChatMessage("user", "When does the season end?")],
+                             policy("facts")).prefix_messages is None
+    assert compress_prompt(DOCUMENT + "\n\nWhen does the season end?", policy("query")).prefix_prompt is None
+
+
 def test_no_block_when_nothing_is_relevant_or_no_question() -> None:
     (_, user) = ask("Xylophone?")
     assert user.content == f"Xylophone?\n{INSTRUCTION}"

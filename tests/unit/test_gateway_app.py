@@ -352,7 +352,7 @@ def test_chunked_body_over_the_limit_is_a_413() -> None:
 
 
 class BrokenDispatcher(Dispatcher):
-    def open(self, request: protocol.Generate, abandoned: Any = None) -> Any:
+    def open(self, request: protocol.Generate, abandoned: Any = None, then: Any = None) -> Any:
         raise RuntimeError("a bug")
 
 

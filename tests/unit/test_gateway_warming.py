@@ -1,0 +1,157 @@
+"""auto's first question: query's prompt and a background warm until the document is read (gateway.warming)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import falcon.testing
+import pytest
+
+from reame.dispatcher import affinity
+from reame.gateway.app import create_app
+from reame.gateway.client import Dispatcher
+from reame.gateway.compress.messages import compress_messages, compress_prompt
+from reame.gateway.compression import Compressor, Savings
+from reame.gateway.tokenizer import Tokenizer
+from reame.gateway.warming import Choice, Decision, Warming, decide
+from reame.shared import config, protocol
+from reame.shared.modes import CompressMode
+from reame.shared.protocol import ChatMessage
+from tests.unit.fakes import LIVENESS_S, FakeDispatcher
+
+SETTINGS = {"REAME_COMPRESS_MIN_TOKENS": "64", "REAME_MODEL_ALIAS": "m",
+            "REAME_MODEL_PATH": "/nonexistent/reame-unit-tests.gguf"}
+CONFIG = config.load(environ=SETTINGS)
+FILLER = "We love our wonderful customers and our friendly team is simply the best in town!"
+DOCUMENT = "\n\n".join([
+    "## Deposits",
+    "A security deposit of €200 is required for e-bikes. " + FILLER,
+    "We cannot accept debit cards for deposits.",
+    *(f"Our guided tour number {i} visits a lovely beach and a great café. {FILLER}" for i in range(30)),
+])
+QUESTION = "How much is the deposit for an e-bike?"
+MESSAGES = [ChatMessage("system", DOCUMENT), ChatMessage("user", QUESTION)]
+CHAIN = affinity.chain(protocol.Generate("w", protocol.SamplingParams(), 0.0, prompt=DOCUMENT))
+
+
+def status(read: int = 0, warming: bool = False) -> protocol.Status:
+    return protocol.Status(workers=1, idle_workers=1, queued=0, running=0, prefix_chars=read, prefix_warming=warming)
+
+
+def test_the_decision() -> None:
+    total = CHAIN[-1].chars
+    assert decide(status(total), CHAIN) is Decision.AUTO
+    assert decide(status(CHAIN[-2].chars), CHAIN) is Decision.AUTO  # all but a trailing paragraph
+    assert decide(status(0), CHAIN) is Decision.QUERY_AND_WARM
+    assert decide(status(total // 2), CHAIN) is Decision.QUERY_AND_WARM
+    assert decide(status(0, warming=True), CHAIN) is Decision.QUERY
+    assert decide(None, CHAIN) is Decision.AUTO  # a silent dispatcher: the request fails or waits anyway
+    assert decide(status(0), ()) is Decision.AUTO
+
+
+class FakeProbe:
+    def __init__(self, answer: protocol.Status | None) -> None:
+        self.answer = answer
+        self.asked: list[list[tuple[bytes, int]]] = []
+
+    def __call__(self, prefix: Sequence[tuple[bytes, int]]) -> protocol.Status | None:
+        self.asked.append(list(prefix))
+        return self.answer
+
+
+def warming(answer: protocol.Status | None) -> tuple[Warming, FakeProbe, Savings]:
+    savings = Savings()
+    probe = FakeProbe(answer)
+    return Warming(Compressor(CONFIG, Tokenizer(None), savings), probe), probe, savings
+
+
+def choose(w: Warming, mode: CompressMode | None = CompressMode.AUTO, warm: bool = False,
+           messages: list[ChatMessage] | None = None, prompt: str | None = None) -> Choice:
+    return w.compress("r1", 1234.0, prompt=prompt, messages=messages if prompt is None else None, mode=mode,
+                      warm=warm, cache=True, scope="scope")
+
+
+def test_a_new_document_is_answered_from_query_and_warmed_in_the_background() -> None:
+    w, probe, savings = warming(status(0))
+    compressed, mode, reader = choose(w, messages=MESSAGES)
+    policy = w.compressor.policy
+    assert mode == "query"
+    assert compressed.messages == compress_messages(MESSAGES, policy(CompressMode.QUERY)).messages
+    auto = compress_messages(MESSAGES, policy(CompressMode.AUTO))
+    assert reader == protocol.Generate(
+        "r1-warm", protocol.SamplingParams(max_tokens=0), 1234.0, messages=auto.prefix_messages,
+        warm=True, cache_scope="scope", background=True,
+    )
+    # The dispatcher was asked about exactly the prompt the warm reads, under the request's scope.
+    assert probe.asked == [[(link.digest, link.chars) for link in affinity.chain(reader)]]
+    assert savings.snapshot().compressed == 1  # counted once, for what is sent
+
+
+def test_a_read_document_gets_the_auto_prompt_and_no_warm() -> None:
+    w, _, _ = warming(None)
+    prefix = compress_messages(MESSAGES, w.compressor.policy(CompressMode.AUTO)).prefix_messages
+    reader = protocol.Generate("x", protocol.SamplingParams(), 0.0, messages=prefix, cache_scope="scope")
+    w.probe = FakeProbe(status(affinity.chain(reader)[-1].chars))
+    compressed, mode, sent = choose(w, messages=MESSAGES)
+    assert (mode, sent) == ("auto", None)
+    assert compressed.messages == compress_messages(MESSAGES, w.compressor.policy(CompressMode.AUTO)).messages
+
+
+def test_while_a_warm_of_it_runs_questions_get_query_and_no_second_warm() -> None:
+    w, _, _ = warming(status(0, warming=True))
+    _, mode, reader = choose(w, messages=MESSAGES)
+    assert (mode, reader) == ("query", None)
+
+
+def test_a_raw_prompt_warms_its_document_part() -> None:
+    w, _, _ = warming(status(0))
+    prompt = DOCUMENT + "\n\n" + QUESTION
+    compressed, mode, reader = choose(w, prompt=prompt)
+    assert mode == "query"
+    assert compressed.prompt == compress_prompt(prompt, w.compressor.policy(CompressMode.QUERY)).prompt
+    auto = compress_prompt(prompt, w.compressor.policy(CompressMode.AUTO))
+    assert reader is not None and reader.prompt == auto.prefix_prompt and reader.messages is None
+
+
+@pytest.mark.parametrize("mode", [None, CompressMode.FACTS, CompressMode.QUERY, CompressMode.OFF])
+def test_other_modes_never_ask(mode: CompressMode | None) -> None:
+    w, probe, _ = warming(status(0))
+    _, sent_mode, reader = choose(w, mode=mode, messages=MESSAGES)
+    assert probe.asked == [] and reader is None and sent_mode == (mode or CONFIG.compress.mode)
+
+
+def test_without_a_document_or_for_a_cache_warm_auto_never_asks() -> None:
+    w, probe, _ = warming(status(0))
+    assert choose(w, messages=[ChatMessage("user", "Hello there")])[1:] == ("auto", None)
+    assert choose(w, messages=MESSAGES, warm=True)[1:] == ("auto", None)  # /v1/cache/warm reads it itself
+    assert probe.asked == []
+
+
+# ---- through the app, against the fake dispatcher ----------------------------------------
+
+
+@pytest.fixture
+def client(fake: FakeDispatcher) -> falcon.testing.TestClient:
+    dispatcher = Dispatcher(fake.address, liveness_s=LIVENESS_S, context=fake.context)
+    return falcon.testing.TestClient(create_app(CONFIG, dispatcher))
+
+
+def ask(client: falcon.testing.TestClient) -> dict[str, object]:
+    body = {"messages": [{"role": "system", "content": DOCUMENT}, {"role": "user", "content": QUESTION}],
+            "reame": {"compress": "auto"}, "temperature": 0}
+    result = client.simulate_post("/v1/chat/completions", json=body)
+    assert result.status_code == 200, result.text
+    usage: dict[str, object] = result.json["usage"]["reame"]
+    return usage
+
+
+def test_the_first_question_goes_as_query_with_the_warm_behind_it(
+    client: falcon.testing.TestClient, fake: FakeDispatcher
+) -> None:
+    assert ask(client)["compression"] == "query"
+    question, reader = fake.generates()  # in this order, on one socket; the warm's answer went to nobody
+    assert not question.background and question.messages != reader.messages
+    assert reader.background and reader.warm and reader.request_id == question.request_id + "-warm"
+    fake.prefix_read = True
+    assert ask(client)["compression"] == "auto"
+    assert len(fake.generates()) == 3 and not fake.generates()[-1].background
