@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 Send = Callable[[Message], None]
 _S = TypeVar("_S", Sampler, TargetChooser)
 
+# A background warm's prefill batch, the most a user request pre-empting it waits for (BENCHMARKS.md, issue #16).
+BACKGROUND_BATCH: Final = 128
 NO_TEMPLATE: Final = (
     "this model has no chat template (tokenizer.chat_template in its GGUF file); "
     "use the completions endpoint with a raw prompt"
@@ -282,18 +284,18 @@ class Engine:
     def _warm(self, request: Generate, cancel: threading.Event) -> Done:
         """Read the prompt and store its state; nothing is generated.
 
-        A background warm (dispatcher.background) is cancelled to make way for a user
-        request: it stores what it has read, from which it resumes later, and does
-        not wait for the store's answer, so the user request waits one batch at most.
+        A background warm (dispatcher.background), cancelled to make way for a user request
+        after a batch of BACKGROUND_BATCH, stores what it read, to resume from; it never
+        waits for the store's answer.
         """
         started = time.perf_counter()
         prompt, what, _ = self._prompt(request, cancel)
         self._budget(len(prompt), None, what)
         try:
-            reused = self._prefill(prompt, request, cancel)
+            reused = self._prefill(prompt, request, cancel, BACKGROUND_BATCH if request.background else 0)
         except RequestFailed as err:
-            if request.background and err.code == ErrorCode.CANCELLED:
-                self._save(request, list(self.kv.tokens))
+            if request.background and err.code == ErrorCode.CANCELLED and self.cache is not None and request.cache:
+                self.cache.save(self.kv, self.kv.tokens, warm=True, wait=False)  # however little it read
             raise
         saved = False
         if self.cache is not None and request.cache:
@@ -369,8 +371,8 @@ class Engine:
             )
         return max(max_tokens, 0)
 
-    def _prefill(self, prompt: list[int], request: Generate, cancel: threading.Event) -> Reused:
-        """Bring the KV cache to ``prompt``; return how many tokens were not computed.
+    def _prefill(self, prompt: list[int], request: Generate, cancel: threading.Event, n_batch: int = 0) -> Reused:
+        """Bring the KV cache to ``prompt`` in batches of ``n_batch`` (0: the model's); return what was reused.
 
         Only what was read under the request's cache scope is reused, in memory or from the store.
         """
@@ -380,7 +382,7 @@ class Engine:
             self._check(request, cancel)
             restored = self.cache.restore(self.kv, prompt, cached)
             cached, stored = restored.cached, restored.stored
-        for start, end in prefill_chunks(cached, len(prompt), self.model.n_batch):
+        for start, end in prefill_chunks(cached, len(prompt), min(n_batch or self.model.n_batch, self.model.n_batch)):
             self._check(request, cancel)
             self.kv.append(prompt[start:end], logits_last=end == len(prompt))
         self.kv.mark_stored(stored)

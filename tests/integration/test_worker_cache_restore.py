@@ -327,13 +327,13 @@ def test_a_background_warm_stops_between_batches_and_resumes_from_what_it_stored
         """The dispatcher's Cancel, arriving while the first batch of the prompt is read."""
 
         def is_set(self) -> bool:
-            return len(engine.kv) >= 512  # checked before each batch: the second one is not read
+            return len(engine.kv) >= 512  # checked before each batch (of BACKGROUND_BATCH): the rest is not read
 
     out: list[p.Message] = []
     warm = p.Generate("w", GREEDY, time.time() + 120, prompt=DOCUMENT, warm=True, background=True)
     engine.run(warm, out.append, AfterOneBatch())
     assert out == [p.Error("w", p.ErrorCode.CANCELLED, "the request was cancelled")]
-    keeper.wait_for_entries(1)  # what it had read: the first batch
+    keeper.wait_for_entries(1)  # what it had read: 512 tokens
     resumed = fresh_engine()
     out.clear()
     resumed.run(warm, out.append, threading.Event())
