@@ -20,6 +20,13 @@ Over an eval directory (``docs/*.txt`` and ``questions.jsonl``, see its README):
    KV state comes from the cache). "read" is what the model read per question
    (prompt less cached tokens); "crit wrong" counts critical questions not answered OK.
 
+``auto`` answers a first question about a document from ``query``'s text while the
+document is read in the background (gateway.warming); the table's "as query" column
+counts those answers. Back to back, a later question pre-empts that read and is
+answered as ``query`` again until the read is done; ``--settle`` waits before each
+question until the server has nothing running (a reader between questions), so the
+read finishes and later questions show auto's cached speed.
+
 ``--extra FILE`` adds questions about the same documents (``bench/hard_questions.jsonl``:
 near-miss numbers, negations, conditions, facts far from the question's words);
 ``--extra-only`` asks only those.
@@ -27,7 +34,7 @@ near-miss numbers, negations, conditions, facts far from the question's words);
     .venv/bin/python -m bench.eval_compress [--eval DIR] [--model PATH] [--limit N]
                                             [--url URL] [--no-exam] [--json FILE]
                                             [--instruction TEXT] [--modes off,auto]
-                                            [--extra FILE [--extra-only]]
+                                            [--extra FILE [--extra-only]] [--settle]
 
 Prints tables; a benchmark, not a test.
 """
@@ -40,6 +47,7 @@ import json
 import statistics
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -237,14 +245,30 @@ def ask(
     return "".join(parts), (first or time.perf_counter()) - start, usage
 
 
+def settle(url: str, timeout: float = 900.0) -> None:
+    """Wait until the server at ``url`` (…/v1) runs and queues nothing, background reads included."""
+    ready = url.rstrip("/").removesuffix("/v1") + "/ready"
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with urllib.request.urlopen(ready, timeout=10) as response:
+            state = json.loads(response.read())
+        if state["running"] == 0 and state["queued"] == 0:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{ready} still busy after {timeout:.0f} s")
+
+
 def exam(
-    url: str, docs: dict[str, str], questions: list[Question], instruction: str, modes: list[str]
+    url: str, docs: dict[str, str], questions: list[Question], instruction: str, modes: list[str],
+    wait: bool = False,
 ) -> list[Answer]:
     client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=900)
     answers = []
     for name in docs:
         for mode in modes:
             for i, q in enumerate(q for q in questions if q.doc == name):
+                if wait:
+                    settle(url)
                 text, ttft, usage = ask(client, docs[name], q, mode, instruction)
                 extra = (usage.model_extra or {}).get("reame", {}) if usage is not None else {}
                 answers.append(Answer(
@@ -255,7 +279,7 @@ def exam(
                 ))
                 a = answers[-1]
                 print(f"{q.id:10} {mode:8} {a.grade:5} {ttft:6.2f}s read {a.prompt_tokens - a.cached_tokens:5} "
-                      f"{text.strip()[:60]!r}", flush=True)
+                      f"as {a.compression:6} {text.strip()[:60]!r}", flush=True)
     return answers
 
 
@@ -277,7 +301,7 @@ def print_retention(rows: dict[str, Any]) -> None:
 def print_exam(answers: list[Answer], modes: list[str]) -> None:
     print("\nExam through the server (first non-empty line graded)")
     print(f"{'mode':10}{'OK':>14}{'MISS':>8}{'HALLU':>7}{'critical OK':>16}{'crit wrong':>11}{'prompt tok':>12}"
-          f"{'read first':>11}{'read later':>11}{'TTFT first':>11}{'TTFT later':>11}")
+          f"{'read first':>11}{'read later':>11}{'TTFT first':>11}{'TTFT later':>11}{'as query':>9}")
     for mode in modes:
         mine = [a for a in answers if a.mode == mode]
         if not mine:
@@ -294,7 +318,8 @@ def print_exam(answers: list[Answer], modes: list[str]) -> None:
               f"{statistics.mean(a.prompt_tokens for a in mine):>12.0f}"
               f"{statistics.median(read_first):>11.0f}"
               + (f"{statistics.median(read_later):>11.0f}" if read_later else f"{'-':>11}")
-              + f"{statistics.median(cold):>10.2f}s" + (f"{statistics.median(warm):>10.2f}s" if warm else f"{'-':>11}"))
+              + f"{statistics.median(cold):>10.2f}s" + (f"{statistics.median(warm):>10.2f}s" if warm else f"{'-':>11}")
+              + f"{sum(a.compression == 'query' for a in mine):>9}")
 
 
 def main() -> None:
@@ -311,6 +336,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2, help="threads per worker")
     parser.add_argument("--json", type=Path, help="also write every result to this file")
+    parser.add_argument("--settle", action="store_true",
+                        help="before each question wait until the server runs nothing (background reads included)")
     parser.add_argument("--instruction", default=INSTRUCTION,
                         help=f"what follows each question (default {INSTRUCTION!r}); another wording shows "
                              "whether a difference between modes is more than a near-tie")
@@ -335,7 +362,7 @@ def main() -> None:
     answers: list[Answer] = []
     if not args.no_exam:
         with server_url(args.url, args.model, args.workers, args.threads) as url:
-            answers = exam(url, docs, questions, args.instruction, modes)
+            answers = exam(url, docs, questions, args.instruction, modes, args.settle)
         cold = [a for a in answers if a.mode == "off" and a.cold]
         if cold:
             rates["measured: off, cold"] = sum(a.prompt_tokens for a in cold) / sum(a.ttft_s for a in cold)

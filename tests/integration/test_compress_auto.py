@@ -1,4 +1,4 @@
-"""``auto`` through the whole stack: the second question about a document restores it from the cache."""
+"""``auto`` through the whole stack: the first question about a document answered as query, the next from the cache."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.harness import Server, start_server, wait_for_entries
+from tests.harness import Server, start_server
 from tests.integration.test_compress import DOCUMENT
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -33,16 +34,28 @@ def ask(server: Server, question: str) -> dict[str, Any]:
     return body  # type: ignore[no-any-return]
 
 
-def test_auto_answers_the_second_question_from_the_cached_document(server: Server) -> None:
+def test_auto_answers_the_first_question_from_query_and_the_next_from_the_cached_document(server: Server) -> None:
+    """The first question about a new document is answered from query's short text while the
+    document is read in the background; once it is read, the next question reuses it."""
     first = ask(server, "How much does the Cedar room cost per hour?")
     assert first["choices"][0]["message"]["content"].strip()
-    assert first["usage"]["reame"]["compression"] == "auto"
-    wait_for_entries(server, 1)
+    assert first["usage"]["reame"]["compression"] == "query"
+
+    def warmed() -> dict[str, Any] | None:
+        ready = server.ready()
+        return ready if ready is not None and ready["prefills"]["warms_finished"] >= 1 else None
+
+    prefills = wait_for(warmed, what="the background warm of the document to finish")["prefills"]
+    assert prefills["warms_started"] >= 1
     second = ask(server, "How many people does the Elm room seat?")
     usage = second["usage"]
     cached = usage["prompt_tokens_details"]["cached_tokens"]
     # The document part is the same bytes whatever the question; only the excerpts and the question are read.
+    assert usage["reame"]["compression"] == "auto"
     assert cached > 0
     assert usage["reame"]["read_tokens"] == usage["prompt_tokens"] - cached
     assert usage["reame"]["read_tokens"] < cached
-    assert usage["reame"]["compression"] == "auto"
+    status, _, metrics = server.request("GET", "/metrics")
+    finished = [line for line in metrics.decode().splitlines()
+                if line.startswith("reame_background_warms_total{") and 'event="finished"' in line]
+    assert status == 200 and len(finished) == 1 and float(finished[0].rsplit(" ", 1)[1]) >= 1
