@@ -114,6 +114,8 @@ def render(snap: Snapshot) -> str:
         lines.append(f"requests: {s.running} running, {s.queued} queued")
         lines.append(f"prefills: {s.full_prefills} full, {s.reused_from_memory} reused from memory, "
                      f"{s.reused_from_store} from the store, {s.affinity_waits} waited for a worker")
+        lines.append(f"background warms: {s.warms_started} started, {s.warms_finished} finished, "
+                     f"{s.warms_preempted} pre-empted")
     c = snap.cache
     if not snap.cache_enabled:
         lines.append("cache: disabled")

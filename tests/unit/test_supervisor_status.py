@@ -10,7 +10,7 @@ STATUS = p.Status(
     affinity_waits=7, worker_states=[
         p.WorkerState("w-0 (pid 10)", busy=True, served=12, held_chars=5000, held_prefix="a1b2c3d4e5f6"),
         p.WorkerState("w-1 (pid 11)", busy=False, served=3),
-    ],
+    ], warms_started=3, warms_finished=1, warms_preempted=2,
 )
 REPORT = p.CacheReport("", entries=9, bytes=2_500_000, max_bytes=20_000_000_000, hits=3, misses=1, evictions=2,
                        corrupt=0, bytes_read=0, bytes_written=0)
@@ -31,6 +31,7 @@ def test_one_screen_says_it_all() -> None:
     assert "w-0 (pid 10)" in screen and "busy" in screen and "served 12" in screen and "#a1b2c3d4e5f6" in screen
     assert "holds nothing" in screen
     assert "requests: 1 running, 3 queued" in screen
+    assert "background warms: 3 started, 1 finished, 2 pre-empted" in screen
     assert "9 entries, 2.5 MB of 20.0 GB, hit rate 75% (3/4)" in screen
     assert "16 requests, 9000 prompt tokens" in screen
     assert "thanks to the cache: 2000 (1200 from memory, 800 from the store)" in screen
