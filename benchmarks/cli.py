@@ -28,9 +28,10 @@ SCENARIOS: Final[dict[str, str]] = {
     "compress": "compression: the exam with off, lossless and facts",
     "speculative": "speculative decoding: decode tok/s off against lookup",
     "overhead": "overhead: the stack against the same prompt in-process",
+    "extract": "extraction into a JSON schema: valid JSON and decode tok/s, speculative off against lookup",
 }
 MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
-                  "overhead": "overhead"}
+                  "overhead": "overhead", "extract": "extract"}
 
 
 def default_exam() -> Path:

@@ -100,6 +100,8 @@ class Timing:
     cached_tokens: int | None
     prompt_tokens: int | None
     text: str
+    draft_tokens: int = 0  # usage.reame's speculative counts (reame only)
+    accepted_draft_tokens: int = 0
 
 
 def ask(client: openai.OpenAI, messages: list[dict[str, str]], max_tokens: int, **extra: Any) -> Timing:
@@ -126,9 +128,12 @@ def ask(client: openai.OpenAI, messages: list[dict[str, str]], max_tokens: int, 
     tokens = usage.completion_tokens if usage is not None else chunks
     details = usage.prompt_tokens_details if usage is not None else None
     decode = (tokens - 1) / (last - first) if tokens > 1 and last > first else 0.0
+    ours = (usage.model_extra or {}).get("reame") if usage is not None else None
+    drafts = ours if isinstance(ours, dict) else {}
     return Timing((first or end) - start, end - start, tokens, decode,
                   details.cached_tokens if details is not None else None,
-                  usage.prompt_tokens if usage is not None else None, "".join(parts))
+                  usage.prompt_tokens if usage is not None else None, "".join(parts),
+                  int(drafts.get("draft_tokens", 0)), int(drafts.get("accepted_draft_tokens", 0)))
 
 
 def chat(document: str, question: str) -> list[dict[str, str]]:

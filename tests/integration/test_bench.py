@@ -24,9 +24,10 @@ TITLES = {
     "compress": "## Prompt compression",
     "speculative": "## Speculative decoding",
     "overhead": "## Overhead of the stack",
+    "extract": "## Extraction into a JSON schema",
 }
 PLOTS = {"qa": "qa_ttft.png", "load": "load_latency_cdf.png", "compress": "compress_ttft.png",
-         "speculative": "speculative_decode.png", "overhead": "overhead_ttft.png"}
+         "speculative": "speculative_decode.png", "overhead": "overhead_ttft.png", "extract": "extract_decode.png"}
 
 
 def test_every_scenario_runs_quick(tmp_path: Path) -> None:
@@ -51,6 +52,26 @@ def test_every_scenario_runs_quick(tmp_path: Path) -> None:
             assert (out / PLOTS[name]).stat().st_size > 0, name
             assert f"({PLOTS[name]})" in section, name
     assert "Repeated-document QA" in result.stdout  # the tables are printed too
+
+
+def test_extract_runs_quick(tmp_path: Path) -> None:
+    """`reame bench extract --quick`: one document's start, its fields extracted with lookup off and on."""
+    out = tmp_path / "report"
+    result = subprocess.run(
+        [sys.executable, "-P", "-m", "reame.supervisor", "bench", "extract", "--quick", "--threads", "1",
+         "--exam", str(EXAM), "--out", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    report = (out / "REPORT.md").read_text()
+    section = report.split(TITLES["extract"], 1)[1]
+    assert "|---|" in section and "lookup / off" in section
+    # The grammar makes every reply valid JSON for its schema, whichever the decoding.
+    for mode in ("off", "lookup"):
+        assert f"- {mode}: valid JSON 100 % of 1 replies (goal 100 %: met)" in section, section
+    assert "lookup/off decode speed under the grammar" in section
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (out / PLOTS["extract"]).stat().st_size > 0
 
 
 def test_unknown_scenario_is_refused(tmp_path: Path) -> None:
