@@ -58,14 +58,15 @@ def test_a_forced_call_is_a_valid_tool_call(server: Server, choice: Any) -> None
     )
     message = reply.choices[0].message
     assert reply.choices[0].finish_reason == "tool_calls"
-    assert message.content is None and message.tool_calls is not None and len(message.tool_calls) == 1
-    check_weather_call(message.tool_calls[0])
+    assert message.content is None and message.tool_calls  # one or more (parallel_tool_calls defaults to true)
+    for call in message.tool_calls:
+        check_weather_call(call)
 
 
 def test_required_picks_one_of_the_offered_functions(server: Server) -> None:
     reply = server.client().chat.completions.create(
         model="any", messages=[{"role": "user", "content": "What time is it in Tokyo?"}], tools=[WEATHER, TIME],
-        tool_choice="required", max_tokens=60, temperature=0.8, seed=2,
+        tool_choice="required", max_tokens=60, temperature=0.8, seed=2, parallel_tool_calls=False,
     )
     (call,) = reply.choices[0].message.tool_calls or []
     assert call.function.name in ("get_weather", "get_time")  # type: ignore[union-attr]
@@ -107,7 +108,7 @@ def test_auto_answers_text_or_a_valid_call(server: Server) -> None:
 def test_streamed_tool_call_follows_openais_chunks(server: Server) -> None:
     stream = server.client().chat.completions.create(
         model="any", messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=60, temperature=0,
-        stream=True,
+        stream=True, parallel_tool_calls=False,
     )
     calls: dict[int, dict[str, str]] = {}
     finish = None
@@ -152,3 +153,64 @@ def test_legacy_functions_give_a_function_call(server: Server) -> None:
     arguments = "".join(d["function_call"]["arguments"] for d in deltas if "function_call" in d)
     assert set(json.loads(arguments)) == {"city", "unit"}
     assert events[-1]["choices"][0]["finish_reason"] == "function_call"
+
+
+# With this wording the default model, greedy, calls get_weather twice (generic fallback: one object a line).
+TWO_CITIES: Any = [{"role": "user", "content": "Get the weather for Paris, then for Rome."}]
+
+
+def test_parallel_calls_come_back_each_with_its_own_id(server: Server) -> None:
+    reply = server.client().chat.completions.create(
+        model="any", messages=TWO_CITIES, tools=[WEATHER], tool_choice="required", max_tokens=120, temperature=0,
+    )
+    choice = reply.choices[0]
+    calls = choice.message.tool_calls or []
+    assert choice.finish_reason == "tool_calls" and len(calls) == 2
+    assert calls[0].id != calls[1].id
+    assert {check_weather_call(call)["city"] for call in calls} == {"Paris", "Rome"}
+
+
+def test_parallel_calls_stream_with_their_index_and_id(server: Server) -> None:
+    stream = server.client().chat.completions.create(
+        model="any", messages=TWO_CITIES, tools=[WEATHER], tool_choice="required", max_tokens=120, temperature=0,
+        stream=True,
+    )
+    calls: dict[int, dict[str, str]] = {}
+    finish = None
+    for chunk in stream:
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            for delta in choice.delta.tool_calls or []:
+                entry = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                entry["id"] += delta.id or ""
+                if delta.function is not None:
+                    entry["name"] += delta.function.name or ""
+                    entry["arguments"] += delta.function.arguments or ""
+    assert finish == "tool_calls" and list(calls) == [0, 1]
+    assert calls[0]["id"].startswith("call_") and calls[1]["id"].startswith("call_")
+    assert calls[0]["id"] != calls[1]["id"]
+    assert {json.loads(c["arguments"])["city"] for c in calls.values()} == {"Paris", "Rome"}
+
+
+def test_parallel_tool_calls_false_makes_exactly_one(server: Server) -> None:
+    reply = server.client().chat.completions.create(
+        model="any", messages=TWO_CITIES, tools=[WEATHER], tool_choice="required", max_tokens=120, temperature=0,
+        parallel_tool_calls=False,
+    )
+    (call,) = reply.choices[0].message.tool_calls or []
+    check_weather_call(call)
+
+
+def test_two_tool_results_go_back_in_one_turn(server: Server) -> None:
+    client = server.client()
+    first = client.chat.completions.create(
+        model="any", messages=TWO_CITIES, tools=[WEATHER], tool_choice="required", max_tokens=120, temperature=0,
+    )
+    message = first.choices[0].message
+    history: Any = [*TWO_CITIES, message.model_dump(exclude_none=True)]
+    for call, sky in zip(message.tool_calls or [], ("clear", "rain"), strict=True):
+        history.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"sky": sky})})
+    final = client.chat.completions.create(
+        model="any", messages=history, tools=[WEATHER], tool_choice="none", max_tokens=30, temperature=0,
+    )
+    assert final.choices[0].message.content and final.choices[0].message.tool_calls is None
