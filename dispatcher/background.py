@@ -31,10 +31,6 @@ from reame.dispatcher import affinity
 
 # Warms waiting for idle cores; more are dropped (the next question sends another).
 QUEUE_SIZE: Final = 64
-# A prompt counts as read when at most this many of its characters are not: a longer
-# prompt that starts with it (a question after the document) cuts its last paragraph
-# into another affinity piece (a blank line follows it), so that piece never matches.
-READ_SLACK_CHARS: Final = 1024
 # Prefix links remembered as stored, least recently used forgotten first: 16 bytes
 # and a dict slot each, a few MB at most. A forgotten document is only warmed again.
 KNOWN_LINKS: Final = 1 << 16
@@ -77,8 +73,14 @@ class Counters:
 
 
 def is_read(read_chars: int, total_chars: int) -> bool:
-    """Tell whether a prompt of ``total_chars`` characters counts as read when ``read_chars`` of it are."""
-    return read_chars > 0 and read_chars >= total_chars - READ_SLACK_CHARS
+    """Tell whether a prompt of ``total_chars`` characters is read when ``read_chars`` of it are: all of it.
+
+    Not most of it: a question's ``query`` form may share all but a few lines with the
+    document (a short one), and reading those few lines is what makes the question slow.
+    The warm's prompt ends where its document ends in ``auto``'s prompt (gateway.warming),
+    so its affinity pieces, the last one included, are those of that prompt.
+    """
+    return total_chars > 0 and read_chars >= total_chars
 
 
 def key(chain: affinity.Chain) -> bytes | None:

@@ -14,6 +14,14 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
+# Longer than query's budget (compress.query_budget, 512 tokens) once compressed, so that
+# query's text is not the whole document: the first answer then reads only part of it.
+HANDBOOK = DOCUMENT + "\n\n" + "\n\n".join(
+    f"Rule {i}: a booking of more than {i + 2} hours needs a deposit of £{10 * i}; "
+    f"cancelling it less than {i % 6 + 1} days ahead costs {5 * i} % of the price."
+    for i in range(1, 40)
+)
+
 
 @pytest.fixture()
 def server(tmp_path: Path) -> Iterator[Server]:
@@ -25,7 +33,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
 def ask(server: Server, question: str) -> dict[str, Any]:
     status, _, body = server.post_json("/v1/chat/completions", {
         "model": "m",
-        "messages": [{"role": "system", "content": DOCUMENT}, {"role": "user", "content": question}],
+        "messages": [{"role": "system", "content": HANDBOOK}, {"role": "user", "content": question}],
         "temperature": 0,
         "max_tokens": 16,
         "reame": {"compress": "auto"},

@@ -13,6 +13,9 @@ GW = b"gw"
 W1 = b"w-1"
 W2 = b"w-2"
 DOCUMENT = "\n\n".join(f"Paragraph {i} of the handbook says something worth reading." for i in range(80))
+# As the gateway warms a document that a question follows in the same text: up to the blank line after it.
+HEAD = DOCUMENT + "\n\n"
+QUESTION = HEAD + "What does paragraph 3 say?"
 
 
 def user(request_id: str, text: str = "hi", deadline: float = T0 + 600) -> p.Generate:
@@ -148,30 +151,32 @@ def test_without_lent_threads_a_warm_runs_beside_a_user_request() -> None:
 
 def test_a_request_waiting_for_the_worker_of_a_warm_stops_that_warm() -> None:
     sched = attached(W1, W2, lend=True)
-    sched.client_message(GW, warm("b1"), T0)  # to W1, the longest idle
+    sched.client_message(GW, warm("b1", HEAD), T0)  # to W1, the longest idle
     # A question about the same document would rather wait for W1, which is reading it, than read it again.
-    question = user("q1", DOCUMENT + "\n\nWhat does paragraph 3 say?")
-    assert sched.client_message(GW, question, T0) == [to_worker(W1, p.Cancel(request_id="b1"))]
-    # What W1 has read is the start of the question's prompt; the warm is dropped, the question reads the rest.
-    assert generates(sched.worker_message(W1, cancelled("b1"), T0)) == [(W1, "q1")]
-    assert sched.worker_message(W1, done("q1", prompt_tokens=900), T0)[0] == to_client(done("q1", 900))
+    assert sched.client_message(GW, user("q1", QUESTION), T0) == [to_worker(W1, p.Cancel(request_id="b1"))]
+    # The question reads the document on W1 (from what the warm read): the warm is dropped.
+    sends = sched.worker_message(W1, cancelled("b1"), T0)
+    assert generates(sends) == [(W1, "q1")] and refusals(sends) == ["b1"]
+    assert generates(sched.worker_message(W1, done("q1", prompt_tokens=900), T0)) == []
     assert sched.status().warms_started == 1
 
 
 def test_the_prefix_answer_counts_user_prompts_and_stored_ones_not_a_warm_in_progress() -> None:
     sched = attached(W1, W2, save_min_tokens=256)
-    prefix = tuple(affinity.chain(warm("b1")))
-    sched.client_message(GW, warm("b1"), T0)
+    prefix = tuple(affinity.chain(warm("b1", HEAD)))
+    sched.client_message(GW, warm("b1", HEAD), T0)
     status = sched.status(prefix)
     assert status.prefix_chars == 0 and status.prefix_warming
     sched.worker_message(W1, p.Disconnect(), T0)
     # A user request with the document reads it: it counts while being read (a question would wait for it).
-    sched.client_message(GW, user("q1", DOCUMENT + "\n\nWhat does paragraph 3 say?"), T0)
-    # Its last paragraph is followed by a blank line there: not the same piece, but close enough to count as read.
-    assert sched.status(prefix).prefix_chars == prefix[-2].chars
-    assert refusals(sched.client_message(GW, warm("b2"), T0)) == ["b2"]
+    sched.client_message(GW, user("q1", QUESTION), T0)
+    assert sched.status(prefix).prefix_chars == prefix[-1].chars
+    assert refusals(sched.client_message(GW, warm("b2", HEAD), T0)) == ["b2"]
     sched.worker_message(W2, done("q1", prompt_tokens=900), T0)
-    assert sched.status(prefix).prefix_chars == prefix[-2].chars  # now known stored, besides held
+    sched.worker_message(W2, p.Disconnect(), T0)
+    assert sched.status(prefix).prefix_chars == prefix[-1].chars  # the store has it: no worker holds it now
+    # Most of a prompt is not all of it: a warm of the document with more after it is still welcome.
+    assert sched.status(tuple(affinity.chain(warm("b3", HEAD + "More.")))).prefix_chars == prefix[-1].chars
 
 
 def test_known_prefixes_are_a_bounded_lru() -> None:

@@ -41,7 +41,7 @@ def status(read: int = 0, warming: bool = False) -> protocol.Status:
 def test_the_decision() -> None:
     total = CHAIN[-1].chars
     assert decide(status(total), CHAIN) is Decision.AUTO
-    assert decide(status(CHAIN[-2].chars), CHAIN) is Decision.AUTO  # all but a trailing paragraph
+    assert decide(status(CHAIN[-2].chars), CHAIN) is Decision.QUERY_AND_WARM  # all but its last paragraph
     assert decide(status(0), CHAIN) is Decision.QUERY_AND_WARM
     assert decide(status(total // 2), CHAIN) is Decision.QUERY_AND_WARM
     assert decide(status(0, warming=True), CHAIN) is Decision.QUERY
