@@ -220,7 +220,8 @@ def template_tools(tools: Tools | None) -> list[ToolFunction] | None:
     """Return the functions for a chat template that lists them itself (Generate.tools), else None."""
     if tools is None or tools.format is CallFormat.GENERIC:
         return None
-    return [ToolFunction(f["name"], f["parameters"], f.get("description")) for f in tools.functions]
+    return [ToolFunction(f["name"], json.dumps(f["parameters"], ensure_ascii=False), f.get("description"))
+            for f in tools.functions]
 
 
 def flatten_history(messages: object, max_messages: int, fmt: CallFormat = CallFormat.GENERIC) -> object:

@@ -106,7 +106,7 @@ class ChatTemplate:
         now keeps their outer whitespace, the only difference.
         """
         texts = [text for m in messages for text in _texts(m)] + [text for t in tools or [] for text in _strings(
-            (t.name, t.description, t.parameters))]
+            (t.name, t.description, _arguments(t.parameters)))]
         # Lazily: normally the first two are free, so the texts are scanned twice.
         free = list(itertools.islice((mark for mark in _MARKERS if not any(mark in text for text in texts)), 2))
         if len(free) < 2:
@@ -153,7 +153,7 @@ class ChatTemplate:
         listed = None if not tools else [
             {"type": "function", "function": {
                 "name": mark(t.name), **({} if t.description is None else {"description": mark(t.description)}),
-                "parameters": mark(t.parameters),
+                "parameters": mark(_arguments(t.parameters)),
             }} for t in tools
         ]
         try:
@@ -178,7 +178,7 @@ class ChatTemplate:
 
 
 def _arguments(text: str) -> Any:
-    """A call's arguments as templates expect them (a dict); text that is not JSON stays text."""
+    """A call's arguments (or a function's parameters) as templates expect them, a dict; not JSON: the text."""
     try:
         return json.loads(text)
     except ValueError:

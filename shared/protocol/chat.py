@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, ClassVar, Final
+from typing import ClassVar, Final
 
 import msgspec
 
@@ -44,7 +44,8 @@ class ToolFunction(Struct, frozen=True):
     """A function offered to a chat template that lists tools itself (Generate.tools)."""
 
     name: str
-    parameters: dict[str, Any]  # its JSON schema
+    # Its JSON schema as JSON text: msgpack has no integers past 64 bits, a schema may (a bound).
+    parameters: str
     description: str | None = None
 
 

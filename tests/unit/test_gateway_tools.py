@@ -152,7 +152,11 @@ def test_a_template_format_lists_no_note_and_sends_the_functions() -> None:
     messages = [ChatMessage("user", "2+3?")]
     assert offer(messages, tools) == messages
     (sent,) = template_tools(tools) or []
-    assert sent == ToolFunction("add", ADD["function"]["parameters"], "Add two integers.")
+    assert sent == ToolFunction("add", json.dumps(ADD["function"]["parameters"]), "Add two integers.")
+    huge = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": "integer", "maximum": 10**30}}}}}
+    (wide,) = template_tools(parse_tools({"tools": [huge]}, CallFormat.HERMES)) or []
+    assert json.loads(wide.parameters)["properties"]["x"]["maximum"] == 10**30  # past msgpack's 64 bits: text
     assert template_tools(parse_tools({"tools": [ADD]})) is None
 
 

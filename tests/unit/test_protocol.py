@@ -31,7 +31,7 @@ MESSAGES: list[p.Message] = [
             p.ChatMessage("assistant", "", tool_calls=(p.ToolCall("add", '{"a": 1}', id="call_1"),)),
             p.ChatMessage("tool", "2", tool_call_id="call_1"),
         ],
-        tools=[p.ToolFunction("add", {"type": "object", "properties": {"a": {"type": "integer"}}}, "Adds.")],
+        tools=[p.ToolFunction("add", '{"type": "object", "properties": {"a": {"type": "integer"}}}', "Adds.")],
     ),
     p.Generate(request_id="r3", sampling=p.SamplingParams(), deadline=2.0, prompt="hi", cache_scope="ab" * 16),
     p.Generate(request_id="r4", sampling=p.SamplingParams(), deadline=2.0, prompt="hi", grammar='root ::= "{}"'),
