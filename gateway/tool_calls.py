@@ -9,7 +9,10 @@ classified by :func:`classify`:
   Hermes and Qwen2.5 (and Qwen3) do, each in a ``<tool_call>\\n{"name": ..., "arguments":
   {...}}\\n</tool_call>`` block. The worker hands it the functions and the history's
   calls and results (Generate.tools, ChatMessage.tool_calls); a reply is text that never
-  holds ``<tool_call>``, or calls (blocks one per line), possibly after such text.
+  holds ``<tool_call>``, or calls (blocks one per line), possibly after such text. Under
+  ``auto`` calls may also come in ```` ```json ```` fences, as Qwen2.5-Coder writes them
+  (llama.cpp's Hermes parser takes them too): a reply that opens such a fence is held
+  to calls, and text never starts with one.
 - ``GENERIC``: any other template. gateway.tools lists the functions in a system note and
   writes the history as plain turns; a reply is text that does not start with ``{``, or
   calls as bare JSON objects, one per line.
@@ -34,6 +37,8 @@ import jinja2.meta
 CALL_ID_PREFIX: Final = "call_"
 OPEN: Final = "<tool_call>"
 CLOSE: Final = "</tool_call>"
+FENCE_OPEN: Final = "```json"
+FENCE_CLOSE: Final = "```"
 
 Json = dict[str, Any]
 
@@ -69,20 +74,31 @@ def reply_grammar(call_json: str, fmt: CallFormat, auto: bool, parallel: bool) -
         # Plain text: anything that does not open a JSON object (nor starts with blanks, which could hide one).
         rules.append("reame-text ::= [^{ \\t\\r\\n\\x00] [^\\x00]*")
         return "\n".join([*rules, "root ::= reame-calls | reame-text"])
-    return "\n".join([*rules, *_text_without(OPEN), "root ::= reame-calls | reame-text reame-calls?"])
+    fenced = f'"{FENCE_OPEN}\\n" reame-call-json "\\n{FENCE_CLOSE}"'
+    rules.append(f'reame-fenced ::= {fenced} ("\\n" {fenced})*' if parallel else f"reame-fenced ::= {fenced}")
+    return "\n".join([
+        *rules, *_text_without(OPEN, FENCE_OPEN), "root ::= reame-calls | reame-fenced | reame-text reame-calls?",
+    ])
 
 
-def _text_without(word: str) -> list[str]:
-    """Rules for ``reame-text``: non-empty text in which ``word`` never occurs.
+def _text_without(word: str, opening: str) -> list[str]:
+    """Rules for ``reame-text``: non-empty text that never holds ``word`` and does not start with ``opening``.
 
-    An automaton in GBNF: rule ``reame-tK`` is "the text so far ends with word[:K]".
-    It is this simple because word's first character occurs in it only once.
+    An automaton in GBNF: rule ``reame-tK`` is "the text so far ends with word[:K]",
+    ``reame-sK`` "the text so far is opening[:K]". It is this simple because word's
+    first character occurs in it only once, and in ``opening`` not at all.
     """
-    first = _char(word[0])
+    first, head = _char(word[0]), _char(opening[0])
     rules = [
-        f"reame-text ::= [^{first}\\x00] reame-t0 | \"{_gbnf(word[0])}\" reame-t1",
+        f"reame-text ::= [^{first}{head}\\x00] reame-t0 | \"{_gbnf(word[0])}\" reame-t1 | "
+        f"\"{_gbnf(opening[0])}\" reame-s1",
         f"reame-t0 ::= [^{first}\\x00]* (\"{_gbnf(word[0])}\" reame-t1)?",
     ]
+    for k in range(1, len(opening)):
+        alternatives = ['""', f'"{_gbnf(word[0])}" reame-t1', f"[^{first}{_char(opening[k])}\\x00] reame-t0"]
+        if k + 1 < len(opening):  # the whole opening would start a fence: no way on
+            alternatives.append(f'"{_gbnf(opening[k])}" reame-s{k + 1}')
+        rules.append(f"reame-s{k} ::= " + " | ".join(alternatives))
     for k in range(1, len(word)):
         alternatives = ['""', f'"{_gbnf(word[0])}" reame-t1', f"[^{first}{_char(word[k])}\\x00] reame-t0"]
         if k + 1 < len(word):  # the last character would complete the word: no way on
@@ -111,7 +127,9 @@ class Reply:
 
 def parse_reply(text: str, fmt: CallFormat, names: set[str]) -> Reply | None:
     """Return the calls ``text`` makes of the functions ``names``; None if it is not calls in ``fmt``."""
-    if fmt is CallFormat.HERMES:
+    if fmt is CallFormat.HERMES and text.startswith(FENCE_OPEN):  # only there does the grammar hold it
+        content, rest, opener, closer = None, text, FENCE_OPEN, FENCE_CLOSE
+    elif fmt is CallFormat.HERMES:
         at = text.find(OPEN)
         if at < 0:
             return None

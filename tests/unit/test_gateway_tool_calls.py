@@ -22,6 +22,7 @@ WEATHER: Any = {"type": "function", "function": {"name": "get_weather", "paramet
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False}}}
 PARIS: Final = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 ROME: Final = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+FENCED: Final = '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'
 NAMES: Final = {"get_weather"}
 
 
@@ -53,6 +54,10 @@ def test_the_hermes_grammar_under_auto() -> None:
     assert not accepts(grammar, "Hi <tool_call> there") and not accepts(grammar, "")
     assert not accepts(grammar, PARIS.replace("Paris", "Paris\", \"x\": \"1"))  # arguments follow the schema
     assert not accepts(grammar, PARIS.replace("get_weather", "rm_rf"))
+    # Qwen2.5-Coder's fenced calls: a reply that opens a ```json fence is a call; text never opens one.
+    assert accepts(grammar, FENCED) and accepts(grammar, f"{FENCED}\n{FENCED}")
+    assert not accepts(grammar, "```json\n[1, 2]\n```") and not accepts(grammar, "```json")
+    assert accepts(grammar, "```python\nprint(1)\n```") and accepts(grammar, "See:\n```json\n[1]\n```")
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
@@ -61,6 +66,7 @@ def test_the_hermes_grammar_forced_and_one_call(choice: Any) -> None:
     assert tools is not None
     assert accepts(tools.grammar, PARIS) and accepts(tools.grammar, f"{PARIS}\n{ROME}")
     assert not accepts(tools.grammar, "It is sunny.") and not accepts(tools.grammar, f"Let me look.\n{PARIS}")
+    assert not accepts(tools.grammar, FENCED)  # forced calls take the template's own form
     single = parse_tools({"tools": [WEATHER], "tool_choice": choice, "parallel_tool_calls": False}, CallFormat.HERMES)
     assert single is not None and accepts(single.grammar, PARIS) and not accepts(single.grammar, f"{PARIS}\n{ROME}")
 
@@ -70,6 +76,9 @@ def test_hermes_replies_become_calls_with_distinct_ids() -> None:
     assert reply is not None and reply.content is None
     assert [json.loads(c["function"]["arguments"]) for c in reply.calls] == [{"city": "Paris"}, {"city": "Rome"}]
     assert reply.calls[0]["id"] != reply.calls[1]["id"] and all(c["id"].startswith("call_") for c in reply.calls)
+    fenced = parse_reply(f"{FENCED}\n{FENCED}", CallFormat.HERMES, NAMES)
+    assert fenced is not None and fenced.content is None and len(fenced.calls) == 2
+    assert parse_reply(f" {FENCED}", CallFormat.HERMES, NAMES) is None  # not where the grammar held it
     with_text = parse_reply(f"Let me look.\n{PARIS}", CallFormat.HERMES, NAMES)
     assert with_text is not None and with_text.content == "Let me look." and len(with_text.calls) == 1
 
