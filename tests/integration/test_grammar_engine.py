@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from reame.gateway.schema_gbnf import schema_grammar
+from reame.gateway.tool_calls import FENCE_OPEN, OPEN, CallFormat, parse_reply
+from reame.gateway.tools import parse_tools
 from reame.shared.config import load
 from reame.shared.model_file import ModelFileError, model_path
 from reame.shared.modes import SpeculativeMode
@@ -111,3 +113,31 @@ def test_every_enforced_schema_gives_valid_json(engine: Engine, schema: dict[str
         if done.finish_reason == "length":
             continue  # cut by max_tokens: the one case where the reply may be unfinished
         validator.validate(json.loads(text))
+
+
+WEATHER_TOOL: Any = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"],
+    "additionalProperties": False}}}
+
+
+@pytest.mark.parametrize("mode", [SpeculativeMode.OFF, SpeculativeMode.LOOKUP])
+@pytest.mark.parametrize("choice", ["required", "auto"])
+def test_hermes_tool_grammars_hold_in_llama_cpp(engine: Engine, mode: SpeculativeMode, choice: str) -> None:
+    # The <tool_call> format's grammar (gateway.tool_calls) compiled and followed by llama.cpp itself.
+    tools = parse_tools({"tools": [WEATHER_TOOL], "tool_choice": choice}, CallFormat.HERMES)
+    assert tools is not None
+    finished = 0
+    for seed in range(3):
+        text, done = run(engine, tools.grammar, mode, SamplingParams(temperature=0.9, seed=seed, max_tokens=80),
+                         "Weather in Paris and Rome?")
+        if done.finish_reason != "stop":  # cut by max_tokens: no claim on a half reply
+            continue
+        finished += 1
+        reply = parse_reply(text, CallFormat.HERMES, {"get_weather"})
+        if choice == "required":
+            assert reply is not None and reply.calls, text
+        else:
+            assert reply is not None or (OPEN not in text and not text.startswith(FENCE_OPEN)), text
+        for call in reply.calls if reply is not None else []:
+            assert set(json.loads(call["function"]["arguments"])) == {"city"}
+    assert finished or choice == "auto", "every call was cut by max_tokens"  # auto: the small model may ramble
