@@ -21,6 +21,8 @@ _MESSAGES: Final[dict[str, Any]] = {
     "items": {"type": "object", "required": ["role"], "properties": {
         "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
         "content": {"anyOf": [{"type": "string"}, {"type": "array"}, {"type": "null"}]},
+        "tool_calls": {"type": "array", "items": {"type": "object"}},
+        "tool_call_id": {"type": "string"},
     }},
 }
 _SAMPLING: Final[dict[str, Any]] = {
@@ -64,7 +66,10 @@ DOCUMENT: Final[dict[str, Any]] = {
             "messages": _MESSAGES, "n": {"type": "integer", "minimum": 1, "maximum": 8},
             "logprobs": {"type": "boolean"}, "top_logprobs": {"type": "integer", "minimum": 0, "maximum": 20},
             "max_completion_tokens": {"type": "integer", "minimum": 0},
-            "response_format": {"type": "object"}, **_SAMPLING,
+            "response_format": {"type": "object"},
+            "tools": {"type": "array", "maxItems": 128, "items": {"type": "object"}},
+            "tool_choice": {"anyOf": [{"type": "string", "enum": ["none", "auto", "required"]}, {"type": "object"}]},
+            "parallel_tool_calls": {"type": "boolean"}, **_SAMPLING,
         }),
         "/v1/completions": _post("Text completion", ["prompt"], {
             "prompt": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
