@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
@@ -33,7 +32,9 @@ from reame.gateway.auth import MAX_CACHE_SALT
 from reame.gateway.choices import MAX_CHOICES, count_choices
 from reame.gateway.completion_choices import count_candidates
 from reame.gateway.errors import APIError, invalid
+from reame.gateway.fields import boolean, json_object, text
 from reame.gateway.logprobs import chat_logprobs, completion_logprobs
+from reame.gateway.sampling_fields import parse_sampling
 from reame.gateway.structured import response_grammar
 from reame.gateway.tool_calls import CallFormat
 from reame.gateway.tools import Tools, flatten_history, history_calls, parse_tools, uses_tools
@@ -42,16 +43,8 @@ from reame.shared.modes import CompressMode, SpeculativeMode, choices
 from reame.shared.protocol import ChatMessage, SamplingParams
 
 ROLES: Final = frozenset({"system", "user", "assistant", "developer", "tool"})
-MAX_STOP: Final = 4  # as OpenAI allows
-# A stop string's possible start is held back from the stream until it is settled, so
-# its length bounds that delay (and the tail kept per token). Stop sequences in use are
-# end markers and turn prefixes ("\n\nUser:", "</answer>"), far shorter than this.
-MAX_STOP_CHARS: Final = 256
 MAX_PROMPTS: Final = 64  # prompts in one completions request; each is a sequential generation
 MAX_MESSAGES: Final = 1024  # server.max_messages' default; counted before any message is read
-MAX_INT32: Final = 2**31 - 1
-# msgpack carries signed and unsigned 64-bit integers, nothing wider.
-SEED_RANGE: Final = (-(2**63), 2**64 - 1)
 EXTENSION_FIELD: Final = "reame"
 EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"cache", "compress", "speculative", "cache_salt", "answer_cache"})
 WARM_EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"compress", "cache_salt"})
@@ -114,7 +107,7 @@ def parse_chat(
 
     It is asked only for a request with tools or tool calls (it may load the vocabulary).
     """
-    fields = _object(body)
+    fields = json_object(body)
     fmt = call_format() if uses_tools(fields) else CallFormat.GENERIC
     options = _check_common(fields, MAX_CHOICES)
     logprobs = chat_logprobs(fields)
@@ -124,7 +117,7 @@ def parse_chat(
     stream, include_usage = _stream(fields)
     return ChatRequest(
         messages=_messages(flatten_history(fields.get("messages"), max_messages, fmt), max_messages),
-        sampling=_sampling(fields, defaults.chat_max_tokens, defaults),
+        sampling=parse_sampling(fields, defaults.chat_max_tokens, defaults),
         stream=stream,
         include_usage=include_usage,
         options=options,
@@ -134,16 +127,16 @@ def parse_chat(
 
 def parse_completion(body: object, defaults: SamplingConfig) -> CompletionRequest:
     """Validate a /v1/completions body."""
-    fields = _object(body)
+    fields = json_object(body)
     options = _check_common(fields, MAX_CHOICES)
     logprobs = completion_logprobs(fields)
     if fields.get("suffix") not in (None, ""):
         raise _unsupported("suffix", "suffix (insertion) is not supported")
     stream, include_usage = _stream(fields)
-    echo, n = _boolean(fields, "echo"), count_choices(fields, MAX_CHOICES)
+    echo, n = boolean(fields, "echo"), count_choices(fields, MAX_CHOICES)
     return CompletionRequest(
         prompts=_prompts(fields.get("prompt")),
-        sampling=_sampling(fields, defaults.completion_max_tokens, defaults),
+        sampling=parse_sampling(fields, defaults.completion_max_tokens, defaults),
         stream=stream,
         include_usage=include_usage,
         echo=bool(echo),
@@ -154,13 +147,13 @@ def parse_completion(body: object, defaults: SamplingConfig) -> CompletionReques
 
 def parse_warm(body: object, max_messages: int = MAX_MESSAGES) -> WarmRequest:
     """Validate a /v1/cache/warm body: exactly one of ``prompt`` (string) or ``messages``."""
-    fields = _object(body)
+    fields = json_object(body)
     options = _options(fields, WARM_EXTENSION_KEYS)
     prompt, messages = fields.get("prompt"), fields.get("messages")
     if (prompt is None) == (messages is None):
         raise invalid("prompt", "give exactly one of prompt (a string) or messages", "missing_required_parameter")
     if prompt is not None:
-        return WarmRequest(prompt=_text(prompt, "prompt"), options=options)
+        return WarmRequest(prompt=text(prompt, "prompt"), options=options)
     return WarmRequest(messages=_messages(messages, max_messages), options=options)
 
 
@@ -176,17 +169,17 @@ def _options(fields: dict[str, Any], allowed: frozenset[str]) -> Options:
     extension = fields.get(EXTENSION_FIELD)
     if extension is None:
         return Options()
-    switches = _object(extension, EXTENSION_FIELD)
+    switches = json_object(extension, EXTENSION_FIELD)
     for key in switches:
         if key not in allowed:
             raise invalid(f"{EXTENSION_FIELD}.{key}", f"unknown reame option {key!r}", "unknown_parameter")
-    cache = _boolean(switches, "cache", f"{EXTENSION_FIELD}.cache")
+    cache = boolean(switches, "cache", f"{EXTENSION_FIELD}.cache")
     compress = _mode(switches, "compress", CompressMode)
     speculative = _mode(switches, "speculative", SpeculativeMode)
     salt = switches.get("cache_salt")
     if salt is not None and (not isinstance(salt, str) or not 1 <= len(salt) <= MAX_CACHE_SALT):
         raise invalid("reame.cache_salt", f"reame.cache_salt must be a string of 1 to {MAX_CACHE_SALT} characters")
-    answer_cache = _boolean(switches, "answer_cache", f"{EXTENSION_FIELD}.answer_cache")
+    answer_cache = boolean(switches, "answer_cache", f"{EXTENSION_FIELD}.answer_cache")
     return Options(True if cache is None else cache, compress, speculative, salt, answer_cache is not False)
 
 
@@ -205,11 +198,11 @@ def _mode(switches: dict[str, Any], key: str, modes: type[_Mode]) -> _Mode | Non
 
 
 def _stream(fields: dict[str, Any]) -> tuple[bool, bool]:
-    stream = bool(_boolean(fields, "stream"))
+    stream = bool(boolean(fields, "stream"))
     options = fields.get("stream_options")
     if options is None:
         return stream, False
-    options = _object(options, "stream_options")
+    options = json_object(options, "stream_options")
     if not stream:
         raise invalid("stream_options", "stream_options is only allowed when stream is true")
     include_usage = options.get("include_usage")
@@ -231,7 +224,7 @@ def _messages(value: object, max_messages: int) -> list[ChatMessage]:
 
 
 def _message(value: object, where: str) -> ChatMessage:
-    fields = _object(value, where)
+    fields = json_object(value, where)
     role = fields.get("role")
     if role is None:
         raise invalid(f"{where}.role", "role is required", "missing_required_parameter")
@@ -245,10 +238,10 @@ def _message(value: object, where: str) -> ChatMessage:
     elif isinstance(content, list):
         content = "".join(_text_part(part, f"{where}.content[{i}]") for i, part in enumerate(content))
     else:
-        content = _text(content, f"{where}.content")
+        content = text(content, f"{where}.content")
     name = fields.get("name")
     if name is not None:
-        name = _text(name, f"{where}.name")
+        name = text(name, f"{where}.name")
     calls, call_id = history_calls(fields, where)  # kept for a template that renders them (gateway.tools)
     # "developer" is OpenAI's newer name for "system"; chat templates know only the latter.
     return ChatMessage(
@@ -258,20 +251,20 @@ def _message(value: object, where: str) -> ChatMessage:
 
 
 def _text_part(value: object, where: str) -> str:
-    fields = _object(value, where)
+    fields = json_object(value, where)
     kind = fields.get("type")
     if kind != "text":
         if not isinstance(kind, str):
             raise invalid(f"{where}.type", "a content part needs a type", "missing_required_parameter")
         raise _unsupported(f"{where}.type", f"content parts of type {kind[:40]!r} are not supported")
-    return _text(fields.get("text"), f"{where}.text")
+    return text(fields.get("text"), f"{where}.text")
 
 
 def _prompts(value: object) -> list[str]:
     if value is None:
         raise invalid("prompt", "prompt is required", "missing_required_parameter")
     if isinstance(value, str):
-        return [_text(value, "prompt")]
+        return [text(value, "prompt")]
     if not isinstance(value, list):
         raise invalid("prompt", "prompt must be a string or an array of strings", "invalid_type")
     if not value:
@@ -282,125 +275,7 @@ def _prompts(value: object) -> list[str]:
         isinstance(item, list) for item in value
     ):
         raise _unsupported("prompt", "prompts given as token ids are not supported; send text")
-    return [_text(item, f"prompt[{i}]") for i, item in enumerate(value)]
-
-
-def _sampling(fields: dict[str, Any], default_max_tokens: int, defaults: SamplingConfig) -> SamplingParams:
-    max_tokens = _integer(fields, "max_completion_tokens", 1, MAX_INT32)
-    if max_tokens is None:  # the newer name wins when a client sends both
-        max_tokens = _integer(fields, "max_tokens", 1, MAX_INT32)
-    if max_tokens is None:
-        max_tokens = default_max_tokens or None  # 0 in the config: until the context is full
-    return SamplingParams(
-        temperature=_number(fields, "temperature", 0.0, 2.0, defaults.temperature),
-        top_p=_number(fields, "top_p", 0.0, 1.0, defaults.top_p),
-        top_k=_or(_integer(fields, "top_k", 0, MAX_INT32), defaults.top_k),
-        min_p=_number(fields, "min_p", 0.0, 1.0, defaults.min_p),
-        seed=_integer(fields, "seed", *SEED_RANGE),
-        max_tokens=max_tokens,
-        stop=_stop(fields.get("stop")),
-        presence_penalty=_number(fields, "presence_penalty", -2.0, 2.0, 0.0),
-        frequency_penalty=_number(fields, "frequency_penalty", -2.0, 2.0, 0.0),
-        repeat_penalty=_number(fields, "repeat_penalty", 0.0, math.inf, defaults.repeat_penalty),
-        repeat_last_n=defaults.repeat_last_n,
-        logit_bias=_logit_bias(fields.get("logit_bias")),
-    )
-
-
-def _stop(value: object) -> list[str]:
-    if value is None:
-        return []
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list):
-        raise invalid("stop", "stop must be a string or an array of strings", "invalid_type")
-    if len(items) > MAX_STOP:
-        raise invalid("stop", f"at most {MAX_STOP} stop sequences")
-    stops = []
-    for i, item in enumerate(items):
-        where = "stop" if isinstance(value, str) else f"stop[{i}]"
-        text = _text(item, where)
-        if not text:
-            raise invalid(where, "stop sequences must not be empty")
-        if len(text) > MAX_STOP_CHARS:
-            raise invalid(where, f"stop sequences must be at most {MAX_STOP_CHARS} characters")
-        stops.append(text)
-    return stops
-
-
-def _logit_bias(value: object) -> list[tuple[int, float]]:
-    if value is None:
-        return []
-    pairs = []
-    for key, bias in _object(value, "logit_bias").items():
-        where = f"logit_bias.{key[:40]}"
-        if not (len(key) <= 10 and key.isascii() and key.isdigit() and int(key) <= MAX_INT32):
-            raise invalid(where, "logit_bias keys must be token ids (non-negative integers)")
-        if not _is_number(bias) or not -100 <= bias <= 100:
-            raise invalid(where, "a logit bias must be a number from -100 to 100")
-        pairs.append((int(key), float(bias)))
-    return sorted(pairs)
-
-
-def _object(value: object, where: str | None = None) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        what = where or "the request body"
-        raise invalid(where, f"{what} must be a JSON object", "invalid_type")
-    return value
-
-
-def _text(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise invalid(where, f"{where} must be a string", "invalid_type")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # JSON allows lone surrogates (\ud800); the wire does not
-        raise invalid(where, f"{where} is not valid Unicode (lone surrogate)") from None
-    return value
-
-
-def _is_number(value: object) -> bool:
-    if isinstance(value, bool):
-        return False
-    # Python ints are exact at any size (and math.isfinite overflows on huge ones).
-    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
-
-
-def _number(fields: dict[str, Any], name: str, lo: float, hi: float, default: float) -> float:
-    value = fields.get(name)
-    if value is None:
-        return default
-    if not _is_number(value):
-        raise invalid(name, f"{name} must be a number", "invalid_type")
-    number = float(value) if abs(value) < 1e308 else math.inf  # a huge int would overflow float()
-    if not (lo <= number <= hi and math.isfinite(number)):
-        bounds = f"at least {lo:g}" if hi == math.inf else f"from {lo:g} to {hi:g}"
-        raise invalid(name, f"{name} must be {bounds}")
-    return number
-
-
-def _integer(fields: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
-    value = fields.get(name)
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # JSON has one number type; 16.0 is the integer 16
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise invalid(name, f"{name} must be an integer", "invalid_type")
-    if not lo <= value <= hi:
-        raise invalid(name, f"{name} must be an integer from {lo} to {hi}")
-    return value
-
-
-def _or(value: int | None, default: int) -> int:
-    return default if value is None else value
-
-
-def _boolean(fields: dict[str, Any], name: str, where: str | None = None) -> bool | None:
-    value = fields.get(name)
-    if value is not None and not isinstance(value, bool):
-        where = where or name
-        raise invalid(where, f"{where} must be a boolean", "invalid_type")
-    return value
+    return [text(item, f"prompt[{i}]") for i, item in enumerate(value)]
 
 
 def _absent(fields: dict[str, Any], name: str, message: str) -> None:

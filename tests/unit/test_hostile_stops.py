@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from reame.gateway.errors import APIError
-from reame.gateway.validation import MAX_STOP, MAX_STOP_CHARS, parse_chat, parse_completion
+from reame.gateway.sampling_fields import MAX_STOP, MAX_STOP_CHARS
+from reame.gateway.validation import parse_chat, parse_completion
 from reame.shared import config
 from reame.worker.stops import TextStream
 
