@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -63,7 +64,7 @@ from reame.gateway.compress.messages import Policy, compress_messages
 from reame.gateway.compress.segment import Kind, sentences, split_lines
 from reame.gateway.compress.telegraph import shorten
 from reame.gateway.tokenizer import Tokenizer
-from reame.shared.config import load
+from reame.shared.config import CompressConfig, load
 from reame.shared.model_file import model_path
 from reame.shared.protocol import ChatMessage
 
@@ -114,7 +115,9 @@ def load_exam(
     return docs, questions
 
 
-def retention(docs: dict[str, str], questions: list[Question], tokenizer: Tokenizer, budget: int) -> dict[str, Any]:
+def retention(
+    docs: dict[str, str], questions: list[Question], tokenizer: Tokenizer, budgets: CompressConfig
+) -> dict[str, Any]:
     """Compress every document in every mode; return retention, tokens and times per mode."""
     rows: dict[str, Any] = {}
     original = sum(tokenizer.count(text) for text in docs.values())
@@ -131,12 +134,14 @@ def retention(docs: dict[str, str], questions: list[Question], tokenizer: Tokeni
         for q in questions:
             if mode == "query":
                 start = time.perf_counter()
-                text = compress(docs[q.doc], mode, question=q.question, budget=budget, count=tokenizer.count)
+                text = compress(
+                    docs[q.doc], mode, question=q.question, budget=budgets.query_budget, count=tokenizer.count
+                )
                 times.append(time.perf_counter() - start)
                 query_tokens.append(tokenizer.count(text) / tokenizer.count(docs[q.doc]))
             elif mode == "auto":  # the facts document, then the excerpts restated for this question
                 start = time.perf_counter()
-                quoted = excerpts(docs[q.doc], q.question, budget // 2, tokenizer.count)
+                quoted = excerpts(docs[q.doc], q.question, budgets.excerpt_budget, tokenizer.count)
                 text = compress(docs[q.doc], "facts") + "\n\n" + quoted
                 times.append(time.perf_counter() - start)
                 query_tokens.append(tokenizer.count(text) / tokenizer.count(docs[q.doc]))
@@ -160,7 +165,7 @@ def retention(docs: dict[str, str], questions: list[Question], tokenizer: Tokeni
 
 def cost(docs: dict[str, str], tokenizer: Tokenizer, min_tokens: int) -> dict[str, float]:
     """Time the gateway's whole compression of each document in facts mode (token counting included)."""
-    policy = Policy("facts", min_tokens, 0, tokenizer.count)
+    policy = Policy("facts", min_tokens, 0, tokenizer.count, 0)
     times, saved, sizes = [], [], []
     for text in docs.values():
         messages = [ChatMessage("system", text), ChatMessage("user", "What is the price?")]
@@ -343,7 +348,10 @@ def main() -> None:
                              "whether a difference between modes is more than a near-tie")
     args = parser.parse_args()
 
-    environ = {"REAME_MODEL_PATH": args.model} if args.model else {}
+    # REAME_COMPRESS_* variables reach the server started here, so the retention figures use them too.
+    environ = {k: v for k, v in os.environ.items() if k.startswith("REAME_COMPRESS_")}
+    if args.model:
+        environ["REAME_MODEL_PATH"] = args.model
     config = load(None, environ=environ)
     path = model_path(config)
     tokenizer = Tokenizer(path)
@@ -352,7 +360,7 @@ def main() -> None:
     docs, questions = load_exam(args.eval, args.limit, args.extra, args.extra_only)
     print(f"model: {path.name}; {len(docs)} documents, {len(questions)} questions"
           + (f" (first {args.limit} per document)" if args.limit else ""))
-    rows = retention(docs, questions, tokenizer, config.compress.query_budget)
+    rows = retention(docs, questions, tokenizer, config.compress)
     print_retention(rows)
     bound = ceiling(docs, tokenizer)
     print_ceiling(bound)

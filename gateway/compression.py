@@ -68,7 +68,7 @@ class Compressor:
     def policy(self, mode: CompressMode | None) -> Policy:
         """The policy for a request asking for ``mode`` (None: the configured one)."""
         s = self.settings
-        return Policy(mode or s.mode, s.min_tokens, s.query_budget, self.tokenizer.count)
+        return Policy(mode or s.mode, s.min_tokens, s.query_budget, self.tokenizer.count, s.excerpt_budget)
 
     def messages(self, messages: list[ChatMessage], mode: CompressMode | None, *, warm: bool = False) -> Result:
         """Compress a chat request's messages."""

@@ -154,6 +154,7 @@ class CompressConfig:
     mode: CompressMode = key(_mode(CompressMode), "lossless")  # noqa: RUF009
     min_tokens: int = key(_int(0), "256")
     query_budget: int = key(_int(16), "512")
+    excerpt_budget: int = key(_int(16), "256")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,12 +40,13 @@ _LINE_BREAK: Final = re.compile(r"\n\s*")
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """How to compress: the mode, the size threshold, the query budget and the token counter."""
+    """How to compress: the mode, the size threshold, the budgets and the token counter."""
 
     mode: str
     min_tokens: int
     query_budget: int
     count: Callable[[str], int]
+    excerpt_budget: int  # tokens of the lines auto restates before the question
 
     def long(self, text: str) -> bool:
         """Tell whether ``text`` has more than ``min_tokens`` tokens (counting only when it may)."""
@@ -146,12 +147,7 @@ def document_head(content: str, final: str) -> str:
 
 def _excerpts(sources: list[str], question: str, policy: Policy) -> str:
     """Return the lines of the original documents that query ranks relevant to ``question``."""
-    return excerpts("\n\n".join(sources), question, excerpt_budget(policy), policy.count)
-
-
-def excerpt_budget(policy: Policy) -> int:
-    """Tokens of excerpts ``auto`` restates: half of query's budget, so a later question reads a few hundred."""
-    return max(1, policy.query_budget // 2)
+    return excerpts("\n\n".join(sources), question, policy.excerpt_budget, policy.count)
 
 
 def compress_prompt(prompt: str, policy: Policy, *, warm: bool = False) -> Result:

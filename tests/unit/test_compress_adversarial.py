@@ -99,7 +99,7 @@ def _rank(question: str) -> Callable[[str], object]:
 
 
 def _question(text: str) -> object:
-    return split_question(text, Policy("lossless", 5, 0, len))
+    return split_question(text, Policy("lossless", 5, 0, len, 0))
 
 
 _LINES_UNDER = fill("a day 1\n", SMALL // 2)

@@ -27,7 +27,7 @@ INSTRUCTION = "Answer in a few words."
 
 
 def policy(mode: str = "auto") -> Policy:
-    return Policy(mode, 64, 120, approximate_tokens)
+    return Policy(mode, 64, 120, approximate_tokens, 60)
 
 
 def ask(question: str, document: str = DOCUMENT) -> list[ChatMessage]:
@@ -53,7 +53,7 @@ def test_excerpts_come_from_the_original_text_before_the_untouched_question() ->
     quoted = user.content[len(EXCERPTS_HEADING) + 1: -len(question)]
     # Said as the document said it (facts would have written "Security deposit €200 required").
     assert "A security deposit of €200 is required for e-bikes." in quoted
-    assert "guided tour" not in quoted and approximate_tokens(quoted) <= policy().query_budget
+    assert "guided tour" not in quoted and approximate_tokens(quoted) <= policy().excerpt_budget
 
 
 def test_a_document_in_the_last_user_message_keeps_its_compressed_form_first() -> None:

@@ -14,7 +14,7 @@ def words(text: str) -> int:
 
 
 def policy(mode: str = "facts", min_tokens: int = 20) -> Policy:
-    return Policy(mode, min_tokens, 30, words)
+    return Policy(mode, min_tokens, 30, words, 15)
 
 
 FILLER = "We love our wonderful customers and our friendly team is simply the best in town!"
