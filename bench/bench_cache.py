@@ -61,7 +61,7 @@ class Peer:
     def __init__(self, model: str, threads: int, n_ctx: int, log: Path) -> None:
         self.port = free_port()
         self._args = [
-            sys.executable, "-m", "llama_cpp.server", "--model", model, "--n_ctx", str(n_ctx),
+            sys.executable, "-m", "reame.benchmarks.peer_server", "--model", model, "--n_ctx", str(n_ctx),
             "--n_threads", str(threads), "--n_threads_batch", str(threads), "--cache", "true",
             "--host", "127.0.0.1", "--port", str(self.port),
         ]

@@ -154,9 +154,9 @@ class Peer:
     clients: list[openai.OpenAI] = field(default_factory=list, repr=False)  # closed by stop()
 
     def launch(self) -> None:
-        args = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model), "--n_ctx", str(self.n_ctx),
-                "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads), *self.extra,
-                "--host", "127.0.0.1", "--port", str(self.port)]
+        args = [sys.executable, "-m", "reame.benchmarks.peer_server", "--model", str(self.model),
+                "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
+                "--n_threads_batch", str(self.threads), *self.extra, "--host", "127.0.0.1", "--port", str(self.port)]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

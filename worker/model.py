@@ -20,6 +20,8 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
+from reame.worker import extra_buffers
+
 log = logging.getLogger(__name__)
 
 SEQ_ID: Final = 0  # one sequence per worker: requests are served one at a time
@@ -135,7 +137,8 @@ class Model:
         ``use_mlock`` pins them in RAM, and a failure to do so is logged with its fix.
         ``repack`` lets llama.cpp copy the weights it has faster kernels for (Q4_0, Q4_K,
         IQ4_NL, ... on AVX2/NEON) into its interleaved CPU_REPACK layout: private memory
-        of each process, even when the file is mapped (see memory.repack).
+        of each process, even when the file is mapped (see memory.repack); ``self.repack``
+        says whether it was done (not where llama.cpp's extra buffers crash: worker.extra_buffers).
         """
         if kv_type not in KV_TYPES:
             raise ModelError(f"unknown KV cache type {kv_type!r}; expected one of {', '.join(KV_TYPES)}")
@@ -149,7 +152,9 @@ class Model:
         self._batch_size = 0
         if not os.access(path, os.R_OK):
             raise ModelError(f"cannot read model file {path}")
-        params = model_params(use_mmap, use_mlock, repack)
+        # Where llama.cpp's AMX buffers crash the process, load as with memory.repack = false.
+        self.repack = repack and extra_buffers.usable(path)
+        params = model_params(use_mmap, use_mlock, self.repack)
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
             self._model = None

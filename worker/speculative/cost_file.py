@@ -49,7 +49,7 @@ class CostKey:
     draft_max: int
     llama_cpp: str
     cpu: str
-    repack: bool  # memory.repack: llama.cpp's repacked weights have other batch kernels
+    repack: bool  # memory.repack as loaded (Model.repack): repacked weights have other batch kernels
 
     def file_name(self) -> str:
         digest = hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()

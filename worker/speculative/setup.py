@@ -224,5 +224,5 @@ def cost_key(config: Config, target: Model, fingerprint: bytes, draft: Model | N
     return cost_file.CostKey(
         model=fingerprint.hex(), draft_model=draft_print, threads=config.workers.threads, n_batch=target.n_batch,
         draft_min=config.speculative.draft_min, draft_max=config.speculative.draft_max,
-        llama_cpp=llama_cpp.__version__, cpu=cost_file.this_cpu(), repack=config.memory.repack,
+        llama_cpp=llama_cpp.__version__, cpu=cost_file.this_cpu(), repack=target.repack,
     )
