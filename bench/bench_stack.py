@@ -28,6 +28,7 @@ from typing import Any
 from reame.benchmarks.server import Server, start_server
 from reame.shared.config import load
 from reame.shared.model_file import model_path
+from reame.worker import extra_buffers
 
 TOPICS = [
     "the history of lighthouses", "how bread is baked", "the water cycle", "a trip to the mountains",
@@ -112,6 +113,7 @@ def main() -> None:
     overrides = {"model_path": args.model} if args.model else {}
     config = load(None, environ={f"REAME_{k.upper()}": v for k, v in overrides.items()})
     path = str(model_path(config))
+    extra_buffers.llama_cpp_like_reame(Path(path))
     llama = llama_cpp.Llama(
         model_path=path, n_ctx=config.model.n_ctx, n_batch=config.model.n_batch,
         n_threads=args.threads, n_threads_batch=args.threads, verbose=False,

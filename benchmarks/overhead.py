@@ -15,6 +15,7 @@ from typing import Any
 
 from reame.benchmarks.common import Peer, Progress, Setup, Timing, ask, both, how
 from reame.benchmarks.report import Section, bars, median, plot, ratio, table
+from reame.worker import extra_buffers
 
 TOPICS = ("the history of lighthouses", "how bread is baked", "the water cycle", "a trip to the mountains",
           "how bicycles work", "the life of bees")
@@ -45,6 +46,7 @@ def run(setup: Setup) -> Section:
     import llama_cpp
 
     rounds, max_tokens, topics = (1, 16, TOPICS[:1]) if setup.quick else (3, 128, TOPICS)
+    extra_buffers.llama_cpp_like_reame(setup.model)
     llama = llama_cpp.Llama(model_path=str(setup.model), n_ctx=setup.n_ctx, n_threads=setup.threads,
                             n_threads_batch=setup.threads, verbose=False)
     eos = llama.token_eos()

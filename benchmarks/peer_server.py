@@ -11,24 +11,14 @@ from __future__ import annotations
 import runpy
 import sys
 from pathlib import Path
-from typing import Any
-
-import llama_cpp.llama_cpp as raw
 
 from reame.worker import extra_buffers
 
 
 def main() -> None:
     args = sys.argv[1:]
-    if "--model" in args and not extra_buffers.usable(Path(args[args.index("--model") + 1])):
-        default = raw.llama_model_default_params
-
-        def without_extra_buffers() -> Any:
-            params = default()
-            params.use_extra_bufts = False
-            return params
-
-        raw.llama_model_default_params = without_extra_buffers
+    if "--model" in args:
+        extra_buffers.llama_cpp_like_reame(Path(args[args.index("--model") + 1]))
     sys.argv[0] = "llama_cpp.server"
     runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 

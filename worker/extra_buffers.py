@@ -19,9 +19,10 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import llama_cpp
+import llama_cpp.llama_cpp as raw
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,26 @@ def usable(path: Path) -> bool:
                 "advertises AMX but this VM does not let it run): %s loads without extra buffers, as with "
                 "memory.repack = false", -probe.returncode, path.name)
     return False
+
+
+def llama_cpp_like_reame(path: Path) -> None:
+    """Make ``llama_cpp.Llama`` in this process load as reame's workers do on this machine.
+
+    llama-cpp-python's high-level class (the peer, in-process references) always asks for
+    extra buffers; where they crash (see :func:`usable`) its default model parameters turn
+    them off, process-wide. Elsewhere nothing changes.
+    """
+    if usable(path) or getattr(raw.llama_model_default_params, "reame_without_extra_buffers", False):
+        return
+    default = raw.llama_model_default_params
+
+    def without_extra_buffers() -> Any:
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    without_extra_buffers.reame_without_extra_buffers = True  # type: ignore[attr-defined]
+    raw.llama_model_default_params = without_extra_buffers
 
 
 def probe(path: Path) -> None:

@@ -26,8 +26,10 @@ def reference_llama() -> Any:
 
     from reame.shared.config import load
     from reame.shared.model_file import model_path
+    from reame.worker import extra_buffers
 
     config = load(None, environ={})
+    extra_buffers.llama_cpp_like_reame(model_path(config))
     return llama_cpp.Llama(
         model_path=str(model_path(config)), n_ctx=config.model.n_ctx, n_batch=config.model.n_batch,
         n_threads=1, n_threads_batch=1, verbose=False,

@@ -27,6 +27,7 @@ from reame.shared.protocol import (
     Message,
     SamplingParams,
 )
+from reame.worker import extra_buffers
 from reame.worker.engine import Engine
 from reame.worker.kv import MIN_FRESH
 from reame.worker.model import DecodeError, Model
@@ -52,6 +53,7 @@ def model() -> Iterator[Model]:
 @pytest.fixture(scope="module")
 def llama(model: Model) -> Any:
     llama_cpp = pytest.importorskip("llama_cpp")
+    extra_buffers.llama_cpp_like_reame(model.path)
     return llama_cpp.Llama(str(model.path), n_ctx=N_CTX, n_threads=1, verbose=False)
 
 

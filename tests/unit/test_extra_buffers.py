@@ -71,3 +71,22 @@ def test_builds_without_amx_are_not_probed(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(extra_buffers, "build_has_amx", lambda: False)
     assert extra_buffers.usable(MODEL)
     assert calls == []
+
+
+def test_llama_cpp_loads_without_extra_buffers_where_they_crash_and_is_patched_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(extra_buffers.raw, "llama_model_default_params", extra_buffers.raw.llama_model_default_params)
+    probe_ends(monkeypatch, -11)
+    extra_buffers.llama_cpp_like_reame(MODEL)
+    patched = extra_buffers.raw.llama_model_default_params
+    extra_buffers.llama_cpp_like_reame(MODEL)
+    assert extra_buffers.raw.llama_model_default_params is patched
+    assert not patched().use_extra_bufts
+
+
+def test_llama_cpp_is_left_alone_where_they_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = extra_buffers.raw.llama_model_default_params
+    probe_ends(monkeypatch, 0)
+    extra_buffers.llama_cpp_like_reame(MODEL)
+    assert extra_buffers.raw.llama_model_default_params is original
