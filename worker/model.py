@@ -142,6 +142,10 @@ class Model:
         """
         if kv_type not in KV_TYPES:
             raise ModelError(f"unknown KV cache type {kv_type!r}; expected one of {', '.join(KV_TYPES)}")
+        if not os.access(path, os.R_OK):
+            raise ModelError(f"cannot read model file {path}")
+        # First: it may refuse this process AMX, which must precede any llama.cpp work.
+        buffers_usable = extra_buffers.usable(path)
         _init_backend()
         self.path = path
         self.kv_type = kv_type
@@ -150,10 +154,7 @@ class Model:
         self._ctx: Any = None
         self._batch: Any = None
         self._batch_size = 0
-        if not os.access(path, os.R_OK):
-            raise ModelError(f"cannot read model file {path}")
-        # Where llama.cpp's AMX buffers crash the process, load as with memory.repack = false.
-        self.repack = repack and extra_buffers.usable(path)
+        self.repack = repack and buffers_usable
         params = model_params(use_mmap, use_mlock, self.repack)
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
