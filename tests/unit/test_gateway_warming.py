@@ -18,6 +18,7 @@ from reame.shared import config, protocol
 from reame.shared.modes import CompressMode
 from reame.shared.protocol import ChatMessage
 from tests.unit.fakes import LIVENESS_S, FakeDispatcher
+from tests.waiting import wait_for
 
 SETTINGS = {"REAME_COMPRESS_MIN_TOKENS": "64", "REAME_MODEL_ALIAS": "m",
             "REAME_MODEL_PATH": "/nonexistent/reame-unit-tests.gguf"}
@@ -149,7 +150,10 @@ def test_the_first_question_goes_as_query_with_the_warm_behind_it(
     client: falcon.testing.TestClient, fake: FakeDispatcher
 ) -> None:
     assert ask(client)["compression"] == "query"
-    question, reader = fake.generates()  # in this order, on one socket; the warm's answer went to nobody
+    # In this order, on one socket; the warm may reach the dispatcher after the answer to the
+    # question has come back. The warm's answer went to nobody.
+    question, reader = wait_for(lambda: fake.generates() if len(fake.generates()) == 2 else None,
+                                what="the question and the warm behind it")
     assert not question.background and question.messages != reader.messages
     assert reader.background and reader.warm and reader.request_id == question.request_id + "-warm"
     fake.prefix_read = True
