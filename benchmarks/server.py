@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 
 import openai
 
+from reame.shared.lifecycle import die_with_parent
+
 T = TypeVar("T")
 
 
@@ -200,6 +202,18 @@ class Server:
         return left
 
 
+def spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a session of its own, its output appended to ``log_path``.
+
+    It is sent SIGTERM when this process dies: a test run or bench that dies without
+    its teardown (a crash, kill -9) takes its servers with it.
+    """
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent
+        )
+
+
 def start_server(tmp: Path, workers: int = 2, **overrides: str) -> Server:
     port = free_port()
     env = dict(os.environ)
@@ -216,15 +230,14 @@ def start_server(tmp: Path, workers: int = 2, **overrides: str) -> Server:
         # Off unless a test asks for it: a repeated greedy request would otherwise be
         # answered from the answer cache, and the tests of the worker path would not reach it.
         REAME_CACHE_ANSWERS="false",
+        # lossless, not the default auto, unless asked: auto answers a first question from its
+        # excerpts and reads the document behind it, so the tests and scenarios of everything
+        # else (the KV cache above all) would not see the prompts they send read as sent.
+        REAME_COMPRESS_MODE="lossless",
     )
     env.update({f"REAME_{key.upper()}": value for key, value in overrides.items()})
     tmp.mkdir(parents=True, exist_ok=True)
-    log_path = tmp / "serve.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "reame.supervisor", "serve"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
+    proc = spawn([sys.executable, "-P", "-m", "reame.supervisor", "serve"], env, tmp / "serve.log")
     server = Server(proc=proc, port=port, tmp=tmp)
     try:
         server.wait_ready(workers)
