@@ -25,7 +25,7 @@ HANDBOOK = DOCUMENT + "\n\n" + "\n\n".join(
 
 @pytest.fixture()
 def server(tmp_path: Path) -> Iterator[Server]:
-    running = start_server(tmp_path, workers=1)
+    running = start_server(tmp_path, workers=1, workers_threads="2")  # both cores: it reads a long document
     yield running
     assert not running.stop()
 

@@ -74,7 +74,8 @@ def cache_on(server: Server) -> bool:
 
 @pytest.fixture()
 def one_worker(tmp_path: Path) -> Iterator[Server]:
-    running = start_server(tmp_path, workers=1)
+    # Both cores for the one worker: these loops read many documents.
+    running = start_server(tmp_path, workers=1, workers_threads="2")
     yield running
     left = running.stop()
     assert not left, f"processes left after SIGTERM: {[cmdline(p) for p in left]}"
@@ -200,7 +201,7 @@ def test_corrupted_cache_files_never_change_an_answer(one_worker: Server) -> Non
 def test_cap_reached_and_disk_full_keep_answering_under_the_cap(tmp_path: Path) -> None:
     """A cap of about three entries, and a disk that says it is full half of the time (cache.min_free)."""
     tally = Tally("6. cache cap reached")
-    server = start_server(tmp_path, workers=1, cache_max_size="30MB")
+    server = start_server(tmp_path, workers=1, workers_threads="2", cache_max_size="30MB")
     try:
         topics = TOPICS[: scale(6, 12)]
         expected = references(server, topics)
@@ -245,7 +246,7 @@ def test_disk_full_refuses_entries_and_keeps_answering(tmp_path: Path) -> None:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     tally = Tally("6. disk full (24 MB tmpfs)")
     try:
-        server = start_server(tmp_path, workers=1, cache_min_free="0", cache_max_size="1GB")
+        server = start_server(tmp_path, workers=1, workers_threads="2", cache_min_free="0", cache_max_size="1GB")
         try:
             topics = TOPICS[: scale(6, 12)]
             expected = references(server, topics)

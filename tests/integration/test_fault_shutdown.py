@@ -20,6 +20,7 @@ import zmq
 from reame.shared import protocol
 from tests.faults import PROMPTS, Tally, answer, chat, scale, start_stream
 from tests.harness import Server, alive, cmdline, descendants, start_server
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -92,8 +93,11 @@ def test_sigterm_with_streams_open_ends_them_and_leaves_nothing(tmp_path: Path) 
         streams = [start_stream(server, chat(f"Write a long story number {i}.", 3000, logit_bias={"2": -100}))[0]
                    for i in range(4)]
         tally.count(sent=len(streams))
-        for outcome in streams[:2]:  # the two workers are streaming; the others wait in the queue
-            assert outcome.first_token.wait(DEADLINE_S)
+        # Both workers streaming, the other two requests queued. Which two the dispatcher took
+        # first is not the order they were sent in: waiting for the first two sent could wait
+        # for a whole 3,000-token answer to end.
+        wait_for(lambda started=streams: sum(o.first_token.is_set() for o in started) >= 2, DEADLINE_S,
+                 what="two streams to start")
         server.proc.send_signal(signal.SIGTERM)
         sent_at = time.monotonic()
         tally.count(faults=1)
