@@ -151,10 +151,10 @@ class SpeculativeConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CompressConfig:
-    mode: CompressMode = key(_mode(CompressMode), "lossless")  # noqa: RUF009
+    mode: CompressMode = key(_mode(CompressMode), "auto")  # noqa: RUF009
     min_tokens: int = key(_int(0), "256")
     query_budget: int = key(_int(16), "512")
-    excerpt_budget: int = key(_int(16), "256")
+    excerpt_budget: int = key(_int(16), "96")
 
 
 @dataclasses.dataclass(frozen=True)

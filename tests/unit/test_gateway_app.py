@@ -58,7 +58,7 @@ def test_chat_completion(client: falcon.testing.TestClient, fake: FakeDispatcher
     assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
                              "prompt_tokens_details": {"cached_tokens": 1},
                              "reame": {"uncompressed_prompt_tokens": 5, "read_tokens": 4, "draft_tokens": 0,
-                                       "accepted_draft_tokens": 0, "compression": "lossless"}}
+                                       "accepted_draft_tokens": 0, "compression": CONFIG.compress.mode}}
     (sent,) = fake.generates()
     assert sent.request_id == body["id"]
     assert sent.messages == [protocol.ChatMessage("user", "hello")] and sent.prompt is None

@@ -114,11 +114,18 @@ def test_a_raw_prompt_warms_its_document_part() -> None:
     assert reader is not None and reader.prompt == auto.prefix_prompt and reader.messages is None
 
 
-@pytest.mark.parametrize("mode", [None, CompressMode.FACTS, CompressMode.QUERY, CompressMode.OFF])
-def test_other_modes_never_ask(mode: CompressMode | None) -> None:
+@pytest.mark.parametrize("mode", [CompressMode.LOSSLESS, CompressMode.FACTS, CompressMode.QUERY, CompressMode.OFF])
+def test_other_modes_never_ask(mode: CompressMode) -> None:
     w, probe, _ = warming(status(0))
     _, sent_mode, reader = choose(w, mode=mode, messages=MESSAGES)
-    assert probe.asked == [] and reader is None and sent_mode == (mode or CONFIG.compress.mode)
+    assert probe.asked == [] and reader is None and sent_mode == mode
+
+
+def test_a_request_without_a_mode_gets_auto_the_default() -> None:
+    assert CONFIG.compress.mode == CompressMode.AUTO
+    w, probe, _ = warming(status(0))
+    _, sent_mode, reader = choose(w, mode=None, messages=MESSAGES)
+    assert probe.asked and reader is not None and sent_mode == CompressMode.QUERY
 
 
 def test_without_a_document_or_for_a_cache_warm_auto_never_asks() -> None:
