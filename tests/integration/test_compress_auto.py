@@ -67,3 +67,23 @@ def test_auto_answers_the_first_question_from_query_and_the_next_from_the_cached
     finished = [line for line in metrics.decode().splitlines()
                 if line.startswith("reame_background_warms_total{") and 'event="finished"' in line]
     assert status == 200 and len(finished) == 1 and float(finished[0].rsplit(" ", 1)[1]) >= 1
+
+
+def test_a_document_read_ahead_is_answered_in_auto_at_once(tmp_path: Path) -> None:
+    """With auto configured (the default), a document read ahead (/v1/cache/warm, as the web
+    page's "Read" button does) is in the cache, so the first question already gets auto."""
+    server = start_server(tmp_path, workers=1, workers_threads="2", compress_mode="auto")
+    try:
+        document = [{"role": "system", "content": HANDBOOK}]
+        status, _, warm = server.post_json("/v1/cache/warm", {"messages": document})
+        assert status == 200, warm
+        status, _, answer = server.post_json("/v1/chat/completions", {
+            "messages": [*document, {"role": "user", "content": "How many people does the Elm room seat?"}],
+            "temperature": 0, "max_tokens": 8,
+        })
+        assert status == 200, answer
+        usage = answer["usage"]
+        assert usage["reame"]["compression"] == "auto"
+        assert usage["reame"]["read_tokens"] < usage["prompt_tokens_details"]["cached_tokens"]
+    finally:
+        assert not server.stop()
