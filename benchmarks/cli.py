@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exam", metavar="DIR", type=Path, default=None,
                         help="the fact exam: docs/*.txt and questions.jsonl (default: ../shared/eval)")
     parser.add_argument("--out", metavar="DIR", type=Path, default=Path("bench-report"),
-                        help="where REPORT.md and the plots go (default: bench-report)")
+                        help="where REPORT.md and the plots go (default: bench-report); the sections of "
+                        "scenarios not run now are kept from an earlier REPORT.md there")
     parser.add_argument("--threads", metavar="N", type=int, default=os.cpu_count() or 1,
                         help="threads of each server (default: the CPUs here)")
     parser.add_argument("--quick", action="store_true", help="a tiny run of each scenario (a smoke test)")
@@ -93,11 +94,22 @@ def run(args: argparse.Namespace) -> int:
                 continue
             sections.append(section)
             print(section.markdown(), flush=True)
-    header = (f"`reame bench {' '.join(chosen)}{' --quick' if args.quick else ''}`, "
-              f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {time.monotonic() - started:.0f} s. {machine()}.")
-    path = write(args.out, header, sections)
+    run_line = (f"`reame bench {command_line(chosen, args)}`, "
+                f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {time.monotonic() - started:.0f} s. {machine()}.")
+    for section in sections:
+        section.run = run_line
+    path = write(args.out, sections)
     print(f"report: {path}" + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
+
+
+def command_line(chosen: list[str], args: argparse.Namespace) -> str:
+    """The options that shape the figures, as a user would type them (model files by name)."""
+    words = [*chosen, "--threads", str(args.threads)]
+    for flag, path in (("--model", args.model), ("--draft-model", args.draft_model), ("--exam", args.exam)):
+        if path:
+            words += [flag, path.name]
+    return " ".join(words + (["--quick"] if args.quick else []))
 
 
 def scenario(name: str) -> Callable[[Setup], Section]:

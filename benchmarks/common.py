@@ -17,9 +17,15 @@ from typing import Any
 
 import openai
 
-from reame.benchmarks.server import Server, free_port, start_server
+from reame.benchmarks.server import Server, free_port, spawn, start_server
 
 PEER_START_TIMEOUT_S = 180.0
+# The peer's prompt cache (llama_cpp.server --cache) counts llama.cpp's state against its
+# cache_size but not the n_batch x n_vocab floats of logits each entry also copies (311 MB
+# with a 151k vocabulary): at its default 2 GiB a 1.5B Qwen compress run grew 3 GB a
+# document. 512 MiB still holds a dozen entries of 2,000-token prompts, more than any
+# scenario revisits (4 documents at most).
+PEER_CACHE_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -148,18 +154,22 @@ class Peer:
     threads: int
     n_ctx: int
     log: Path
-    extra: tuple[str, ...] = ("--cache", "true")
+    extra: tuple[str, ...] = ("--cache", "true", "--cache_size", str(PEER_CACHE_BYTES))
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     clients: list[openai.OpenAI] = field(default_factory=list, repr=False)  # closed by stop()
 
     def launch(self) -> None:
+        # llama_cpp.server computes logits for every prompt token by default (logits_all), which
+        # slows its prefill and makes each entry of its prompt cache copy n_ctx x n_vocab floats
+        # that its cache_size does not count (2.5 GB with a 151k vocabulary: a 1.5B Qwen run grew
+        # to 22 GB and was killed); like reame, it gets logits for the last token only.
         args = [sys.executable, "-m", "reame.benchmarks.peer_server", "--model", str(self.model),
-                "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
-                "--n_threads_batch", str(self.threads), *self.extra, "--host", "127.0.0.1", "--port", str(self.port)]
+                "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads), "--n_threads_batch",
+                str(self.threads), "--logits_all", "false", *self.extra,
+                "--host", "127.0.0.1", "--port", str(self.port)]
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = spawn(args, dict(os.environ), self.log)
 
     def wait(self) -> None:
         with openai.OpenAI(base_url=self.base_url, api_key="x", max_retries=0, timeout=5) as client:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 Cell = str | int | float | None
 
@@ -21,9 +22,13 @@ class Section:
     tables: list[str] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    run: str = ""  # the command, date and machine of the run it comes from (set by the CLI)
 
     def markdown(self) -> str:
-        lines = [f"## {self.title}", "", f"*How:* {self.how}", ""]
+        lines = [f"## {self.title}", ""]
+        if self.run:
+            lines += [f"{RUN_LABEL} {self.run}", ""]
+        lines += [f"*How:* {self.how}", ""]
         for table in self.tables:
             lines += [table, ""]
         lines += [f"- {goal}" for goal in self.goal]
@@ -63,11 +68,44 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def write(out: Path, header: str, sections: Sequence[Section]) -> Path:
+RUN_LABEL: Final = "*Run:*"
+TITLE: Final = "# reame bench"
+PREAMBLE: Final = (
+    "Each section names the run it comes from. A run into the same directory replaces the sections of the "
+    "scenarios it ran and keeps the others, so scenarios measured one at a time make one report."
+)
+
+
+def write(out: Path, sections: Sequence[Section]) -> Path:
+    """Write ``out/REPORT.md``: these sections, and those of scenarios not run now from the REPORT.md there.
+
+    A full run on a 1.5B model takes hours on 2 cores; run scenario by scenario, each
+    still side by side with the peer, the report is the same file in the end.
+    """
     out.mkdir(parents=True, exist_ok=True)
     path = out / "REPORT.md"
-    path.write_text("# reame bench\n\n" + header + "\n\n" + "\n".join(s.markdown() for s in sections))
+    kept = earlier_sections(path.read_text(errors="replace")) if path.exists() else {}
+    for section in sections:
+        kept[section.title] = section.markdown()  # in place when it was there, else at the end
+    path.write_text(f"{TITLE}\n\n{PREAMBLE}\n\n" + "\n".join(kept.values()))
     return path
+
+
+def earlier_sections(text: str) -> dict[str, str]:
+    """Split a REPORT.md into its sections by title, each with the line of the run it comes from.
+
+    A report written before sections named their run has it once under the title: it is
+    copied into each of its sections.
+    """
+    head, *parts = re.split(r"^## ", text, flags=re.MULTILINE)
+    run = next((line for line in head.splitlines() if line.startswith("`reame bench")), "")
+    sections: dict[str, str] = {}
+    for part in parts:
+        title, _, body = part.partition("\n")
+        if run and RUN_LABEL not in body:
+            body = f"\n{RUN_LABEL} {run}\n" + body
+        sections[title.strip()] = f"## {title.strip()}\n{body.rstrip()}\n"
+    return sections
 
 
 _warned: list[bool] = []

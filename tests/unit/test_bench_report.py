@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from reame.benchmarks import common
+from reame.benchmarks.cli import add_arguments, command_line
 from reame.benchmarks.exam import Question, grade, load_exam
 from reame.benchmarks.qa import plan
 from reame.benchmarks.report import Section, percentile, table, write
@@ -35,9 +37,33 @@ def test_plan_asks_back_to_back_then_interleaves() -> None:
 
 def test_report_holds_every_section(tmp_path: Path) -> None:
     section = Section("Title", ["ratio 1.5x (goal >= 1.5: met)"], "here", [table(["a"], [[1]])], ["p.png"])
-    path = write(tmp_path / "out", "header", [section])
+    section.run = "`reame bench qa`, today"
+    path = write(tmp_path / "out", [section])
     text = path.read_text()
     assert "## Title" in text and "*How:* here" in text and "- ratio 1.5x" in text and "![p](p.png)" in text
+    assert "*Run:* `reame bench qa`, today" in text
+
+
+def test_a_later_run_replaces_its_scenarios_and_keeps_the_others(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write(out, [Section("QA", ["qa first"], "h", run="run 1"), Section("Load", ["load first"], "h", run="run 1")])
+    write(out, [Section("QA", ["qa again"], "h", run="run 2"), Section("Compression", ["new"], "h", run="run 2")])
+    text = (out / "REPORT.md").read_text()
+    assert "qa first" not in text and text.count("## ") == 3
+    assert text.index("## QA") < text.index("## Load") < text.index("## Compression")
+    load = text.split("## Load", 1)[1].split("## ", 1)[0]
+    assert "*Run:* run 1" in load and "- load first" in load
+    assert "*Run:* run 2" in text.split("## QA", 1)[1].split("## ", 1)[0]
+
+
+def test_a_report_of_the_old_layout_gives_its_run_line_to_each_section(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "REPORT.md").write_text("# reame bench\n\n`reame bench qa load`, then. vm.\n\n## QA\n\nq\n\n## Load\n\nl\n")
+    write(out, [Section("QA", ["new"], "h", run="run 2")])
+    text = (out / "REPORT.md").read_text()
+    assert "*Run:* `reame bench qa load`, then. vm." in text.split("## Load", 1)[1]
+    assert "`reame bench qa load`" not in text.split("## Load", 1)[0]
 
 
 def exam_dir(tmp_path: Path) -> Path:
@@ -73,7 +99,7 @@ def test_progress_falls_back_to_lines_without_tqdm(monkeypatch: pytest.MonkeyPat
     def no_tqdm(name: str) -> Any:
         raise ImportError(name)
 
-    monkeypatch.setattr(common.importlib, "import_module", no_tqdm)
+    monkeypatch.setattr("reame.benchmarks.common.importlib.import_module", no_tqdm)
     progress = common.Progress(2, "demo")
     progress.step("one")
     progress.close()
@@ -95,3 +121,11 @@ def test_no_plots_without_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert report.plot(tmp_path, "y.png", lambda axes: None) is None
     assert capsys.readouterr().out.count("matplotlib is not installed") == 1
     assert not (tmp_path / "x.png").exists()
+
+
+def test_the_run_line_names_the_options_that_shape_the_figures() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["speculative", "--threads", "2", "--model", "/m/big.gguf", "--draft-model", "/m/d.gguf"])
+    assert command_line(["speculative"], args) == "speculative --threads 2 --model big.gguf --draft-model d.gguf"
+    assert command_line(["qa"], parser.parse_args(["--quick", "--threads", "1"])) == "qa --threads 1 --quick"

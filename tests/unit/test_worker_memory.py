@@ -10,7 +10,7 @@ import pytest
 
 from reame.shared import config
 from reame.worker import main as worker_main
-from reame.worker.model import check_locked, load_mode, locked_bytes, model_params
+from reame.worker.memory import check_locked, load_mode, locked_bytes, model_params
 
 
 def test_load_modes() -> None:
