@@ -3,7 +3,7 @@
 A worker keeps the KV state of the last prompt it read (worker.kv), so the
 dispatcher remembers, per worker, the chain of the prompt it holds or is reading
 (dispatcher.affinity) and prefers the idle worker sharing the most text with a
-request. When a busy worker holds at least MIN_SHARE_CHARS more of it than any
+request (a short chat's previous turn counts too). When a busy worker holds at least MIN_SHARE_CHARS more of it than any
 idle one, the request may wait for that worker rather than have the text read a
 second time, but only for as long as reading it again would take: AFFINITY_SLACK
 times the estimate from the prefill speed observed in the workers' own figures.
@@ -62,10 +62,25 @@ class Placement:
         """Return the candidate holding the most of ``chain`` (the first among equals) and how much it holds."""
         best, most = None, -1
         for worker in candidates:
-            shared = self.share(worker, chain)
+            shared = self._useful_share(worker, chain)
             if shared > most:
                 best, most = worker, shared
         return best, max(most, 0)
+
+    def _useful_share(self, worker: bytes, chain: affinity.Chain) -> int:
+        """Return what ``worker`` holds of ``chain``, if worth sending the request there.
+
+        Less than MIN_SHARE_CHARS counts too when it is all the worker holds (a short
+        chat's previous turn, which the new turn repeats): sending the turn there costs
+        the worker nothing it holds and spares reading the conversation again. A
+        shared opening alone (the same role, a short system prompt) does not count, so
+        unrelated prompts still spread over the workers, each keeping its own.
+        """
+        held = self._holds.get(worker, ())
+        shared = affinity.shared_chars(held, chain)
+        if shared >= MIN_SHARE_CHARS or (len(held) > 1 and shared == held[-1].chars):
+            return shared
+        return 0
 
     @property
     def may_wait(self) -> bool:

@@ -86,6 +86,10 @@ class KvCache:
         """Record that the state of the first ``length`` tokens is in the persistent store."""
         self._stored = max(self._stored, min(length, len(self._tokens)))
 
+    def unmark_stored(self, length: int) -> None:
+        """Record that only the first ``length`` tokens are known to be stored (a queued save failed)."""
+        self._stored = min(self._stored, length)
+
     @property
     def scope(self) -> str:
         return self._scope

@@ -12,6 +12,7 @@ scope never finds another's entries.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import time
@@ -72,12 +73,16 @@ class PrefixCache:
         self._n_ctx = n_ctx
         self._block_tokens = block_tokens
         self._min_tokens = min_tokens
+        # Queued saves that the store did not take, as (stored before, tokens): the
+        # uploader thread appends, the engine thread takes them (deque ops are atomic).
+        self._lost: collections.deque[tuple[int, tuple[int, ...]]] = collections.deque()
 
     def restore(self, kv: KvCache, prompt: Sequence[int], local: int) -> Restored:
         """Bring the longest stored prefix of ``prompt`` into ``kv`` if it beats the ``local`` tokens.
 
         Only entries stored under the scope of ``kv`` (KvCache.enter_scope) are looked at.
         """
+        self._forget_lost(kv)
         # Restoring replaces the whole state (tens of megabytes moved and decompressed):
         # worth it only for at least a block of tokens more than memory holds.
         min_gain = self._block_tokens
@@ -126,6 +131,7 @@ class PrefixCache:
         background warm must not keep a user request waiting); any other save is
         queued, the engine does not wait for it.
         """
+        self._forget_lost(kv)
         n_prompt = len(prompt)
         if kv.stored >= n_prompt:
             return True
@@ -137,12 +143,27 @@ class PrefixCache:
         if not kv.truncate(n_prompt):
             return False
         state = kv.save_state()
-        # A queued save counts as stored: should it fail, a later request saves the prompt.
         fingerprint = scoped_fingerprint(self.fingerprint, kv.scope)
         if warm if wait is None else wait:
             stored = self.service.save_and_wait(prompt, state, fingerprint=fingerprint)
         else:
-            stored = self.service.save(prompt, state, fingerprint=fingerprint)
+            # A queued save counts as stored, so the next request does not queue the same
+            # state again; should the store not take it, the mark is taken back, else a
+            # worker asked the same prompt over and over would never store it.
+            before, saved = kv.stored, tuple(prompt)
+
+            def done(ok: bool) -> None:
+                if not ok:
+                    self._lost.append((before, saved))
+
+            stored = self.service.save(prompt, state, done, fingerprint=fingerprint)
         if stored:
             kv.mark_stored(n_prompt)
         return stored
+
+    def _forget_lost(self, kv: KvCache) -> None:
+        """Take back the stored mark of queued saves that failed, where ``kv`` still holds their tokens."""
+        while self._lost:
+            before, tokens = self._lost.popleft()
+            if kv.stored == len(tokens) and kv.tokens[: len(tokens)] == tokens:
+                kv.unmark_stored(before)

@@ -36,7 +36,6 @@ from reame.gateway.compress.facts import facts
 from reame.gateway.compress.fixpoint import Overtime, fixpoint
 from reame.gateway.compress.normalize import looks_like_code, normalize
 from reame.gateway.compress.query import rank
-from reame.gateway.compress.segment import Kind, sentences, split_lines
 from reame.gateway.compress.telegraph import telegraph
 from reame.shared.modes import CompressMode, choices
 
@@ -51,9 +50,6 @@ MAX_PASSES: Final = 4
 FACTS_MAX_CHARS: Final = 256 * 1024
 MAX_CHARS: Final = 1024 * 1024
 TIME_BUDGET_S: Final = 5.0
-# auto's excerpts split paragraph lines longer than this into sentences; a shorter line
-# is one fact already ("1. Rental rates" is not two sentences).
-SPLIT_CHARS: Final = 160
 
 log = logging.getLogger(__name__)
 
@@ -106,20 +102,7 @@ def excerpts(
         base = fixpoint(_lossless, text, MAX_PASSES, deadline)
     except Overtime as over:
         base = over.text
-    return rank(_one_sentence_a_line(base), question, budget, count or approximate_tokens, relevant_only=True).strip()
-
-
-def _one_sentence_a_line(text: str) -> str:
-    """Put each sentence of a paragraph line on its own line, so an excerpt is the sentence that matters.
-
-    A paragraph of six sentences would cost the whole excerpt budget for the one that
-    answers; the sentences stay consecutive, so their neighbours still count.
-    """
-    out: list[str] = []
-    for line in split_lines(text):
-        split = line.kind in (Kind.TEXT, Kind.ITEM) and len(line.text) > SPLIT_CHARS
-        out.extend(sentences(line.text) if split else [line.text])
-    return "\n".join(out)
+    return rank(base, question, budget, count or approximate_tokens, relevant_only=True).strip()
 
 
 def approximate_tokens(text: str) -> int:

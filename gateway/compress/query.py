@@ -10,6 +10,11 @@ unchanged. Otherwise every line is scored against the question:
 - plus a small bonus when the line holds a hard fact (a number, a negation, a
   condition), since questions ask for those.
 
+A paragraph line longer than SPLIT_CHARS is first cut into its sentences, and a
+sentence longer than WINDOW_CHARS (text without punctuation) into runs of words, so
+that one long paragraph is never a single unit too big for the budget: the
+sentences that match are kept, whatever the layout of the document.
+
 Lines are taken best first (ties, and lines sharing nothing with the question: in
 document order) while they fit the budget, each with the headings above it so it
 keeps its context, and printed in document order. A line next to a hit in its
@@ -29,9 +34,15 @@ from typing import Final
 
 from reame.gateway.compress import synonyms
 from reame.gateway.compress.facts import is_hard
-from reame.gateway.compress.segment import Kind, Line, join, section_ends, split_lines
+from reame.gateway.compress.segment import Kind, Line, join, section_ends, sentences, split_lines
 
 HARD_BONUS: Final = 0.5
+# Paragraph lines longer than this are ranked sentence by sentence; a shorter line is
+# one fact already ("1. Rental rates" is not two sentences).
+SPLIT_CHARS: Final = 160
+# A "sentence" longer than this (no punctuation) is ranked in runs of words of about
+# this size: still a few facts' worth, well under any budget.
+WINDOW_CHARS: Final = 200
 # What a line next to a hit gets of the hit's score (see _with_neighbours).
 NEIGHBOUR_SHARE: Final = 0.5
 # A line is scored with the text of the headings above it. When those texts, summed
@@ -63,7 +74,7 @@ def rank(text: str, question: str, budget: int, count: Callable[[str], int], *, 
     """
     if budget <= 0 or (count(text) <= budget and not relevant_only):
         return text
-    lines = split_lines(text)
+    lines = one_sentence_a_line(split_lines(text))
     asked = terms(question) - _FRAMING
     units = _units(lines)
     parents = _parents(lines)
@@ -89,6 +100,40 @@ def rank(text: str, question: str, budget: int, count: Callable[[str], int], *, 
         chosen.update(new)
         used += cost
     return join(_with_breaks(lines, chosen))
+
+
+def one_sentence_a_line(lines: list[Line]) -> list[Line]:
+    """Put each sentence of a long paragraph line on a line of its own, so a unit is the sentence that matters.
+
+    A paragraph of six sentences would cost the whole budget for the one that answers,
+    and a paragraph larger than the budget would never be taken at all; the sentences
+    stay consecutive, so their neighbours still count.
+    """
+    out: list[Line] = []
+    for line in lines:
+        if line.kind in (Kind.TEXT, Kind.ITEM) and len(line.text) > SPLIT_CHARS:
+            out.extend(Line(piece, line.kind) for sentence in sentences(line.text) for piece in _windows(sentence))
+        else:
+            out.append(line)
+    return out
+
+
+def _windows(sentence: str) -> list[str]:
+    """Cut a sentence longer than WINDOW_CHARS into runs of whole words (one over-long word stays whole)."""
+    if len(sentence) <= WINDOW_CHARS:
+        return [sentence]
+    out: list[str] = []
+    run: list[str] = []
+    size = 0
+    for word in sentence.split():
+        if run and size + 1 + len(word) > WINDOW_CHARS:
+            out.append(" ".join(run))
+            run, size = [], 0
+        run.append(word)
+        size += len(word) + (1 if size else 0)
+    if run:
+        out.append(" ".join(run))
+    return out
 
 
 def _with_neighbours(units: list[list[int]], scores: list[float]) -> list[float]:

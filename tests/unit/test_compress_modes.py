@@ -111,3 +111,37 @@ def test_a_paragraph_that_is_not_english_is_left_as_it_is_inside_an_english_docu
     out = compress(english + "\n\n" + french, "facts")
     assert out.endswith("\n\n" + french)
     assert "wonderful" not in out
+
+
+FILLER = [f"Item {i} of the catalogue ships from the northern warehouse within two working days." for i in range(70)]
+CODE_WORD = "The secret code word is PELICAN-77."
+
+
+@pytest.mark.parametrize("mode", ["query", "auto"])
+def test_a_document_in_one_long_paragraph_keeps_its_matching_sentence(mode: str) -> None:
+    paragraph = " ".join([*FILLER[:35], CODE_WORD, *FILLER[35:]])  # one line, ~1,400 tokens
+    question = "What is the secret code word?"
+    if mode == "query":
+        out = compress(paragraph, CompressMode.QUERY, question=question, budget=96)
+    else:
+        from reame.gateway.compress import excerpts
+
+        out = excerpts(paragraph, question, 96)
+    assert "PELICAN-77" in out
+    assert 0 < approximate_tokens(out) <= 96
+
+
+def test_a_long_paragraph_without_a_question_still_keeps_its_first_sentences() -> None:
+    paragraph = " ".join(FILLER)
+    out = compress(paragraph, CompressMode.QUERY, question="", budget=64)
+    assert out and approximate_tokens(out) <= 64
+    assert out.split("\n")[0].startswith("Item 0")
+
+
+def test_text_without_punctuation_is_ranked_in_runs_of_words() -> None:
+    words = " ".join(f"token{i}" for i in range(600)) + " the vault code is heron " + " ".join(
+        f"word{i}" for i in range(600)
+    )
+    out = rank(words, "vault code", 64, approximate_tokens)
+    assert "vault code" in out
+    assert approximate_tokens(out) <= 64

@@ -216,3 +216,15 @@ def test_a_larger_slack_waits_longer() -> None:
     assert sched.client_message(GW, ask("r2", DOC, "Q2?"), T0) == []
     bound = AFFINITY_SLACK * len(DOC) / DEFAULT_PREFILL_CHARS_PER_S
     assert sent_to(sched.purge_expired(T0 + min(bound * 1.5, MAX_AFFINITY_WAIT_S - 1))) == {}
+
+
+def test_a_short_chat_goes_to_the_worker_holding_its_previous_turn(sched: Scheduler) -> None:
+    first = [p.ChatMessage("user", "Hello, who are you?")]
+    second = [*first, p.ChatMessage("assistant", "A helpful assistant."), p.ChatMessage("user", "Tell me more.")]
+    assert sum(len(m.content) for m in second) < MIN_SHARE_CHARS
+    sent = sched.client_message(GW, p.Generate("r1", p.SamplingParams(), T0 + 10_000, messages=first), T0)
+    assert sent_to(sent) == {"r1": W1}
+    sched.worker_message(W1, done("r1"), T0 + 1)
+    # W2 has been idle longer, but W1 holds the turn before, and nothing else: it reads only the new turn.
+    sent = sched.client_message(GW, p.Generate("r2", p.SamplingParams(), T0 + 10_000, messages=second), T0 + 1)
+    assert sent_to(sent) == {"r2": W1}

@@ -33,6 +33,13 @@ class FakeService:
         self.saved: list[tuple[list[int], bytes, bool]] = []  # tokens, state, waited
         self.saved_under: list[bytes | None] = []  # the fingerprint of each save
         self.accept = True
+        self.pending: list[Callable[[bool], None]] = []  # done callbacks of queued saves
+
+    def finish_saves(self, stored: bool) -> None:
+        """Answer the queued saves as the uploader thread would."""
+        pending, self.pending = self.pending, []
+        for done in pending:
+            done(stored)
 
     def put(
         self, tokens: Sequence[int], state: bytes, kv_type: str = "f16", fingerprint: bytes = FINGERPRINT
@@ -70,6 +77,8 @@ class FakeService:
     ) -> bool:
         self.saved.append((list(tokens), bytes(state), False))
         self.saved_under.append(fingerprint)
+        if self.accept and done is not None:
+            self.pending.append(done)
         return self.accept
 
     def save_and_wait(
@@ -265,3 +274,19 @@ def test_a_save_is_filed_under_the_scope_of_the_kv_cache(
     prefill(kv, prompt)
     assert cache.save(kv, prompt, warm=True)
     assert service.saved_under == [scoped_fingerprint(FINGERPRINT, "key-a"), FINGERPRINT]
+
+
+def test_a_queued_save_that_the_store_did_not_take_is_saved_again(
+    cache: PrefixCache, service: FakeService, kv: KvCache
+) -> None:
+    # The same prompt asked over and over (a restarted cachekeeper dropped the first save):
+    # were the queued save still counted as stored, the prompt would never be stored.
+    prefill(kv, DOC)
+    assert cache.save(kv, DOC, warm=False)
+    assert kv.stored == len(DOC) and len(service.saved) == 1
+    service.finish_saves(False)
+    assert cache.save(kv, DOC, warm=False)
+    assert len(service.saved) == 2
+    service.finish_saves(True)
+    assert cache.save(kv, DOC, warm=False)
+    assert len(service.saved) == 2 and kv.stored == len(DOC)
