@@ -31,7 +31,7 @@ serve: install
 
 # Lint, types, then every test (unit and integration against the real model).
 test: install-test check
-	$(BIN)/python -m pytest -ra
+	$(BIN)/python -m pytest -ra --durations=10
 
 check:
 	$(BIN)/ruff check .

@@ -36,6 +36,16 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, interval: float,
         time.sleep(interval)
 
 
+@dataclass
+class Starts:
+    """Servers this process started, and the workers among them (each one loads the model)."""
+
+    servers: int = 0
+    workers: int = 0
+
+
+STARTS = Starts()  # the test run prints these at its end (tests/conftest.py)
+
 READY_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 30.0
 
@@ -238,6 +248,8 @@ def start_server(tmp: Path, workers: int = 2, **overrides: str) -> Server:
     env.update({f"REAME_{key.upper()}": value for key, value in overrides.items()})
     tmp.mkdir(parents=True, exist_ok=True)
     proc = spawn([sys.executable, "-P", "-m", "reame.supervisor", "serve"], env, tmp / "serve.log")
+    STARTS.servers += 1
+    STARTS.workers += workers
     server = Server(proc=proc, port=port, tmp=tmp)
     try:
         server.wait_ready(workers)

@@ -152,9 +152,15 @@ def parse_warm(body: object, max_messages: int = MAX_MESSAGES) -> WarmRequest:
     prompt, messages = fields.get("prompt"), fields.get("messages")
     if (prompt is None) == (messages is None):
         raise invalid("prompt", "give exactly one of prompt (a string) or messages", "missing_required_parameter")
+    # Nothing to read would be answered "cached" without a read: a client's mistake, said as one.
     if prompt is not None:
-        return WarmRequest(prompt=text(prompt, "prompt"), options=options)
-    return WarmRequest(messages=_messages(messages, max_messages), options=options)
+        if not text(prompt, "prompt"):
+            raise invalid("prompt", "prompt is empty: give the text to read into the cache")
+        return WarmRequest(prompt=prompt, options=options)
+    parsed = _messages(messages, max_messages)
+    if not any(message.content for message in parsed):
+        raise invalid("messages", "every message is empty: give the text to read into the cache")
+    return WarmRequest(messages=parsed, options=options)
 
 
 def _check_common(fields: dict[str, Any], max_n: int | None = None) -> Options:

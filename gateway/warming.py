@@ -12,8 +12,12 @@ a worker holds that prefix, is reading it for a user, or the store has it:
   and is answered at once ("query"), and behind it, on the same socket, a background
   warm of the prefix (Generate.background): a worker reads it on idle cores, yielding
   to any user request at its next batch (dispatcher.background), and stores it, so
-  the next question finds it read. No warm is sent while one of that prefix is
-  already queued or running; the dispatcher drops duplicates too;
+  the next question finds it read;
+- not read, but a warm of it is queued or running (a question sent as soon as the
+  previous answer came): the ``auto`` prompt, whose worker reads the document itself,
+  resuming from what the warm stored, and stores it. Sending ``query`` again would
+  pre-empt the warm at every question, and the document would never be read; the
+  dispatcher drops the warm once the document is read;
 - no answer from the dispatcher: ``auto`` as is (the request would fail anyway).
 
 The decision (:func:`decide`) is pure; :class:`Warming` gathers what it needs.
@@ -44,16 +48,15 @@ Probe = Callable[[Sequence[tuple[bytes, int]]], protocol.Status | None]
 
 
 class Decision(enum.Enum):
-    AUTO = "auto"  # the document is read: send auto's prompt
+    AUTO = "auto"  # read, or being read in the background: send auto's prompt
     QUERY_AND_WARM = "query and warm"  # not read: query's prompt now, the document in the background
-    QUERY = "query"  # not read, but a warm of it is queued or running already
 
 
 def decide(status: protocol.Status | None, prefix: affinity.Chain) -> Decision:
     """Choose how to send a question whose auto prompt starts with ``prefix``, from the dispatcher's answer."""
-    if status is None or not prefix or is_read(status.prefix_chars, prefix[-1].chars):
+    if status is None or not prefix or is_read(status.prefix_chars, prefix[-1].chars) or status.prefix_warming:
         return Decision.AUTO
-    return Decision.QUERY if status.prefix_warming else Decision.QUERY_AND_WARM
+    return Decision.QUERY_AND_WARM
 
 
 class Choice(NamedTuple):
@@ -90,10 +93,12 @@ class Warming:
         decision = decide(self.probe([(link.digest, link.chars) for link in prefix]), prefix)
         log.debug("request %s: %s (a document prefix of %d characters)", request_id, decision.value,
                   prefix[-1].chars if prefix else 0)
-        if decision is not Decision.AUTO:
-            result, mode = self._compress(prompt, messages, CompressMode.QUERY, warm), CompressMode.QUERY
+        if decision is Decision.AUTO:
+            compressor.savings.add(result)
+            return Choice(result, mode)
+        result = self._compress(prompt, messages, CompressMode.QUERY, warm)
         compressor.savings.add(result)
-        return Choice(result, mode, reader if decision is Decision.QUERY_AND_WARM else None)
+        return Choice(result, CompressMode.QUERY, reader)
 
     def _compress(
         self, prompt: str | None, messages: list[ChatMessage] | None, mode: CompressMode, warm: bool

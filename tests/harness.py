@@ -22,8 +22,8 @@ from reame.benchmarks.server import (
 from tests.waiting import PATIENCE_S, wait_for
 
 __all__ = [
-    "EXIT_TIMEOUT_S", "READY_TIMEOUT_S", "Server", "alive", "cache_stats", "cmdline", "descendants", "free_port",
-    "start_server", "wait_for_entries",
+    "EXIT_TIMEOUT_S", "READY_TIMEOUT_S", "Server", "alive", "busy_workers", "cache_stats", "cmdline", "descendants",
+    "free_port", "start_server", "wait_for_entries",
 ]
 
 
@@ -38,6 +38,23 @@ def cache_stats(server: Server) -> dict[str, Any]:
     assert result.returncode == 0, result.stderr
     stats: dict[str, Any] = json.loads(result.stdout)
     return stats
+
+
+def busy_workers(server: Server) -> set[int] | None:
+    """Return the pids of the workers the dispatcher has given a request; None if it does not answer."""
+    from reame.gateway.client import Dispatcher
+    from reame.shared.config import load
+
+    env = {"REAME_SERVER_PORT": str(server.port), "REAME_SERVER_RUN_DIR": str(server.run_dir)}
+    dispatcher = Dispatcher(load(None, environ=env).frontend_address)
+    try:
+        status = dispatcher.status(5.0)
+    finally:
+        dispatcher.close()
+    if status is None:
+        return None
+    # A worker is named "worker_id (pid N)".
+    return {int(state.name.rsplit("pid ", 1)[1].rstrip(")")) for state in status.worker_states if state.busy}
 
 
 def wait_for_entries(server: Server, count: int, timeout: float = PATIENCE_S) -> dict[str, Any]:

@@ -123,7 +123,7 @@ class PrefixCache:
         return cache_policy.restore_length(header.tokens, prompt, local, self._block_tokens) > 0
 
     def save(self, kv: KvCache, prompt: Sequence[int], warm: bool, *, wait: bool | None = None) -> bool:
-        """Store the state of ``prompt`` (at the head of ``kv``) if worth it; True if the store has it.
+        """Store the state of ``prompt`` (at the head of ``kv``, and the reply after it) if worth it; True if stored.
 
         The entry is filed under the scope of ``kv``, where only that scope finds it.
 
@@ -139,26 +139,26 @@ class PrefixCache:
             return False
         if not self.service.available or kv.tokens[:n_prompt] != tuple(prompt):
             return False
-        # The generated tokens are not saved: a later prompt rarely repeats them.
-        if not kv.truncate(n_prompt):
-            return False
+        # The reply is stored with its prompt and stays in memory: a conversation's next
+        # turn repeats it, and a later prompt that does not is served by the prompt's part.
+        tokens = kv.tokens
         state = kv.save_state()
         fingerprint = scoped_fingerprint(self.fingerprint, kv.scope)
         if warm if wait is None else wait:
-            stored = self.service.save_and_wait(prompt, state, fingerprint=fingerprint)
+            stored = self.service.save_and_wait(tokens, state, fingerprint=fingerprint)
         else:
             # A queued save counts as stored, so the next request does not queue the same
             # state again; should the store not take it, the mark is taken back, else a
             # worker asked the same prompt over and over would never store it.
-            before, saved = kv.stored, tuple(prompt)
+            before = kv.stored
 
             def done(ok: bool) -> None:
                 if not ok:
-                    self._lost.append((before, saved))
+                    self._lost.append((before, tokens))
 
-            stored = self.service.save(prompt, state, done, fingerprint=fingerprint)
+            stored = self.service.save(tokens, state, done, fingerprint=fingerprint)
         if stored:
-            kv.mark_stored(n_prompt)
+            kv.mark_stored(len(tokens))
         return stored
 
     def _forget_lost(self, kv: KvCache) -> None:

@@ -13,7 +13,9 @@ Pure apart from the token counter it is given. Rules:
   assistant message is a prefix the model continues;
 - a cache warm request has no question: all of it is document;
 - ``auto`` also returns the document prefix of what it sends (all before the
-  excerpts), for a warm to read while a first question is answered otherwise.
+  excerpts, or only up to the last document when the question comes in a later
+  message, as in a conversation), for a warm to read while a first question is
+  answered otherwise.
 
 Since ``off``, ``lossless`` and ``facts`` compress a text the same way whatever
 follows it, a document sent before different questions gives the same compressed
@@ -106,10 +108,12 @@ def compress_messages(messages: list[ChatMessage], policy: Policy, *, warm: bool
         question = question_of(messages[last_user].content, policy)
     saved = 0
     sources: list[str] = []  # auto: the original documents the excerpts are taken from
+    last_document = -1  # the last message compressed as a document
     out: list[ChatMessage] = []
     for i, message in enumerate(messages):
         content = message.content
         if message.role in COMPRESSED_ROLES and policy.long(content):
+            last_document = i
             has_question = i == last_user and not warm
             new, delta = _compress(content, policy, question, has_question)
             sources.append(split_question(content, policy)[0] if has_question else content)
@@ -124,7 +128,13 @@ def compress_messages(messages: list[ChatMessage], policy: Policy, *, warm: bool
             message = out[last_user]
             head = document_head(message.content, question)
             out[last_user] = dataclasses.replace(message, content=with_excerpts(message.content, quoted, question))
-            prefix = out[:last_user] + ([dataclasses.replace(message, content=head)] if head.strip() else [])
+            if last_document < last_user:
+                # The documents end before the question's message (in the system message, a
+                # conversation's first turn): the turns after them are short and change at every
+                # turn, so whether the document is read is asked of the messages up to it alone.
+                prefix = out[: last_document + 1]
+            else:
+                prefix = out[:last_user] + ([dataclasses.replace(message, content=head)] if head.strip() else [])
             # The restated lines cost tokens: what auto saved is what facts saved minus them (never below 0:
             # the counters only grow).
             saved = max(0, saved - policy.count(quoted) - policy.count(EXCERPTS_HEADING) - 1)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults import PROMPTS, Outcome, Tally, answer, chat, freeze, scale, start_stream, thaw
-from tests.harness import Server, cmdline, start_server
+from tests.harness import Server, busy_workers, cmdline, start_server
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -41,18 +41,12 @@ def wait_done(outcome: Outcome) -> Outcome:
 
 
 def busy_worker(server: Server, outcome: Outcome) -> int:
-    """The worker serving ``outcome``'s stream: the one whose CPU time grows (the other is idle)."""
-    def cpu(pid: int) -> int:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0
-        return int(fields[11]) + int(fields[12])
+    """The worker serving ``outcome``'s stream: the one the dispatcher says is busy (the other is idle)."""
+    def the_busy_one() -> int | None:
+        busy = busy_workers(server)
+        return busy.pop() if busy is not None and len(busy) == 1 else None
 
-    workers = server.workers()
-    before = {pid: cpu(pid) for pid in workers}
-    time.sleep(1.0)
-    return max(workers, key=lambda pid: cpu(pid) - before[pid])
+    return wait_for(the_busy_one, what="the dispatcher to name the one worker busy with the stream")
 
 
 def test_worker_killed_mid_stream_repeatedly(own_server: Server) -> None:
@@ -97,7 +91,8 @@ def test_request_that_sent_no_token_is_redispatched_after_its_worker_is_killed(o
         prompt = PROMPTS[2 + round_ % 2]
         pending, _ = start_stream(own_server, chat(prompt))
         tally.count(sent=1)
-        time.sleep(0.5)  # let the dispatcher hand it to the frozen worker; not a timing assertion
+        # The dispatcher hands it to the frozen worker, the only idle one, before the kill.
+        wait_for(lambda v=victim: v in (busy_workers(own_server) or ()), what="the request to go to the frozen worker")
         os.kill(victim, signal.SIGKILL)
         thaw(victim)
         killed_at = time.monotonic()

@@ -92,6 +92,16 @@ def test_the_document_prefix_is_what_comes_before_the_excerpts_whatever_the_ques
     assert (prompt.prompt or "").startswith(prompt.prefix_prompt + EXCERPTS_HEADING)
 
 
+def test_in_a_conversation_the_prefix_ends_with_the_document_whatever_the_turns_after_it() -> None:
+    # The turns after the document change at every turn: a prefix with them would be new each
+    # time, never read, and its warm pre-empted by the next question.
+    turns = [ChatMessage("system", DOCUMENT), ChatMessage("user", "How much is the deposit for an e-bike?"),
+             ChatMessage("assistant", "It is 50 euros."), ChatMessage("user", "When does the season end?")]
+    for messages in (turns[:2], turns):
+        result = compress_messages(messages, policy())
+        assert result.prefix_messages == [ChatMessage("system", compress(DOCUMENT, "facts"))]
+
+
 def test_no_prefix_without_excerpts_or_in_another_mode() -> None:
     assert compress_messages([ChatMessage("system", DOCUMENT), ChatMessage("user", "Xylophone?")],
                              policy()).prefix_messages is None

@@ -256,6 +256,8 @@ def test_cache_switch_defaults_on_and_can_be_turned_off() -> None:
         ({"prompt": 5}, "prompt"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "user"}]}, "messages[0].content"),
+        ({"prompt": ""}, "prompt"),
+        ({"messages": [{"role": "system", "content": ""}]}, "messages"),
         ([], None),
     ],
 )

@@ -45,7 +45,7 @@ def test_the_decision() -> None:
     assert decide(status(CHAIN[-2].chars), CHAIN) is Decision.QUERY_AND_WARM  # all but its last paragraph
     assert decide(status(0), CHAIN) is Decision.QUERY_AND_WARM
     assert decide(status(total // 2), CHAIN) is Decision.QUERY_AND_WARM
-    assert decide(status(0, warming=True), CHAIN) is Decision.QUERY
+    assert decide(status(0, warming=True), CHAIN) is Decision.AUTO  # the question reads it itself
     assert decide(None, CHAIN) is Decision.AUTO  # a silent dispatcher: the request fails or waits anyway
     assert decide(status(0), ()) is Decision.AUTO
 
@@ -98,10 +98,12 @@ def test_a_read_document_gets_the_auto_prompt_and_no_warm() -> None:
     assert compressed.messages == compress_messages(MESSAGES, w.compressor.policy(CompressMode.AUTO)).messages
 
 
-def test_while_a_warm_of_it_runs_questions_get_query_and_no_second_warm() -> None:
+def test_while_a_warm_of_it_runs_the_next_question_reads_the_document_itself_and_no_second_warm() -> None:
+    # Asked back to back, query's prompt would pre-empt the warm at every question.
     w, _, _ = warming(status(0, warming=True))
-    _, mode, reader = choose(w, messages=MESSAGES)
-    assert (mode, reader) == ("query", None)
+    compressed, mode, reader = choose(w, messages=MESSAGES)
+    assert (mode, reader) == ("auto", None)
+    assert compressed.messages == compress_messages(MESSAGES, w.compressor.policy(CompressMode.AUTO)).messages
 
 
 def test_a_raw_prompt_warms_its_document_part() -> None:

@@ -183,12 +183,13 @@ def test_a_refused_state_is_reported_and_everything_recomputed(
 # -- saves -------------------------------------------------------------------------------
 
 
-def test_save_cuts_the_generated_tokens(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+def test_save_keeps_the_reply_with_its_prompt(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
+    # A conversation's next turn repeats the reply: it stays in memory and in the entry.
     prompt = DOC[:10]
     prefill(kv, [*prompt, 55, 56])  # two generated tokens after the prompt
     assert cache.save(kv, prompt, warm=False)
-    assert service.saved == [(prompt, b"state:10", False)]
-    assert kv.tokens == tuple(prompt) and kv.stored == len(prompt)
+    assert service.saved == [([*prompt, 55, 56], b"state:12", False)]
+    assert kv.tokens == (*prompt, 55, 56) and kv.stored == len(prompt) + 2
     assert cache.save(kv, prompt, warm=False)  # known to be stored: not sent again
     assert len(service.saved) == 1
 
