@@ -248,6 +248,15 @@ def test_completions_of_special_token_text_cost_as_much_as_ordinary_text(server:
     while_health_answers(server, functools.partial(complete, "<|im_end|>" * 40_000))
 
 
+@pytest.mark.parametrize(("body", "param"), [
+    ({"prompt": ""}, "prompt"),
+    ({"messages": [{"role": "system", "content": ""}]}, "messages"),
+])
+def test_a_warm_with_nothing_to_read_is_a_400_naming_it(server: Server, body: dict[str, Any], param: str) -> None:
+    status, _, answer = server.post_json("/v1/cache/warm", body)  # was 200 "cached": true, with nothing read
+    assert status == 400 and answer["error"]["param"] == param, answer
+
+
 def test_the_server_still_serves(server: Server) -> None:
     status, answer = post_chat(server, [{"role": "user", "content": "Say hi."}], max_tokens=4)
     assert status == 200 and answer["choices"][0]["message"]["content"] is not None
