@@ -71,14 +71,8 @@ def busy_cores(count: int = 1) -> Iterator[None]:
             loop.wait()
 
 
-# Not lending threads: a lone request would borrow the busy loop's core, and two llama.cpp
-# threads on one free core wait for each other at every step (a 40-token answer took 100 s).
-# That greedy text does not depend on the thread count is tests/integration/test_threads.py's.
-OWN_THREADS = {"workers_lend_threads": "false"}
-
-
 def test_greedy_text_is_the_same_idle_busy_and_after_a_restart(tmp_path: Path) -> None:
-    first = start_server(tmp_path / "first", **OWN_THREADS)
+    first = start_server(tmp_path / "first")
     try:
         idle = answers(first)
         with busy_cores():
@@ -91,7 +85,7 @@ def test_greedy_text_is_the_same_idle_busy_and_after_a_restart(tmp_path: Path) -
 
     # A restart on the same cache while the machine is busy: the workers read the kept costs.
     with busy_cores():
-        second = start_server(tmp_path / "second", cache_dir=str(first.cache_dir), **OWN_THREADS)
+        second = start_server(tmp_path / "second", cache_dir=str(first.cache_dir))
         try:
             again = answers(second)
         finally:
