@@ -40,8 +40,8 @@ def wait_done(outcome: Outcome) -> Outcome:
     return outcome
 
 
-def busy_worker(server: Server, outcome: Outcome) -> int:
-    """The worker serving ``outcome``'s stream: the one the dispatcher says is busy (the other is idle)."""
+def busy_worker(server: Server) -> int:
+    """The worker serving the one stream open: the one the dispatcher says is busy (the other is idle)."""
     def the_busy_one() -> int | None:
         busy = busy_workers(server)
         return busy.pop() if busy is not None and len(busy) == 1 else None
@@ -56,7 +56,7 @@ def test_worker_killed_mid_stream_repeatedly(own_server: Server) -> None:
         streaming, _ = start_stream(own_server, ENDLESS)
         tally.count(sent=1)
         assert streaming.first_token.wait(DEADLINE_S) and streaming.kind == "pending", streaming.message
-        victim = busy_worker(own_server, streaming)
+        victim = busy_worker(own_server)
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
         tally.count(faults=1)
@@ -86,7 +86,7 @@ def test_request_that_sent_no_token_is_redispatched_after_its_worker_is_killed(o
         busy, _ = start_stream(own_server, chat("Write a long story about a fox.", 300))
         tally.count(sent=1)
         assert busy.first_token.wait(DEADLINE_S) and busy.kind == "pending", busy.message
-        (victim,) = [pid for pid in own_server.workers() if pid != busy_worker(own_server, busy)]
+        (victim,) = [pid for pid in own_server.workers() if pid != busy_worker(own_server)]
         freeze(victim)
         prompt = PROMPTS[2 + round_ % 2]
         pending, _ = start_stream(own_server, chat(prompt))
@@ -118,7 +118,7 @@ def test_worker_frozen_and_thawed_is_not_served_twice(own_server: Server) -> Non
         streaming, _ = start_stream(own_server, ENDLESS)
         tally.count(sent=1)
         assert streaming.first_token.wait(DEADLINE_S) and streaming.kind == "pending", streaming.message
-        frozen = busy_worker(own_server, streaming)
+        frozen = busy_worker(own_server)
         freeze(frozen)
         frozen_at = time.monotonic()
         tally.count(faults=1)
