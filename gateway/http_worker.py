@@ -6,7 +6,9 @@ What gunicorn's own ThreadWorker leaves open, and what this subclass adds:
   (slowloris: 32 such connections froze the gateway). Here every read of headers
   and body, and every write of an answer, waits at most ``server.read_timeout``
   for the client: the client socket gets that timeout wherever gunicorn makes it
-  blocking (:class:`_TimedSocket`).
+  blocking (:class:`_TimedSocket`). And a request's headers and body together must
+  arrive within ``server.read_deadline`` of the thread taking it up: a client that
+  sends a byte every few seconds (or a Content-Length it never fills) is not kept.
 - One client address may hold at most ``server.max_connections_per_client`` of the
   threads (0: half of them); a connection beyond that is answered 429 at once (by
   the main loop, without waiting for the client) and closed once the client has read it.
@@ -31,7 +33,7 @@ import time
 import weakref
 from collections import Counter
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from gunicorn import util
 from gunicorn.http import errors as http_errors
@@ -70,6 +72,9 @@ class ReadTimeout(http_errors.NoMoreData):  # type: ignore[misc]
 
 # Sockets whose client stalled: gunicorn must not wait for the rest of their body too.
 _STALLED: Final[weakref.WeakSet[socket.socket]] = weakref.WeakSet()
+# Socket -> the monotonic time by which its current request must have arrived (its
+# thread sets it: the class swap of _TimedSocket allows no new attributes).
+_DEADLINES: Final[weakref.WeakKeyDictionary[socket.socket, float]] = weakref.WeakKeyDictionary()
 
 
 class _TimedSocket(socket.socket):
@@ -82,6 +87,7 @@ class _TimedSocket(socket.socket):
 
     __slots__ = ()
     read_timeout: float = 20.0  # set once per gunicorn worker process from the config
+    read_deadline: float = 30.0  # likewise
 
     def setblocking(self, flag: bool) -> None:
         if flag:
@@ -99,16 +105,31 @@ class _TimedSocket(socket.socket):
                 return super().recv(bufsize, flags)
             finally:
                 self.settimeout(timeout)
+        deadline = _DEADLINES.get(self)
+        left = self.read_timeout if deadline is None else min(self.read_timeout, deadline - time.monotonic())
+        if left <= 0:
+            self._stalled(f"did not send its request within {self.read_deadline:g} s")
+        blocking = self.gettimeout() != 0.0
+        if blocking:
+            self.settimeout(left)
         try:
             return super().recv(bufsize, flags)
         except TimeoutError:
-            try:
-                peer = self.getpeername()[0]
-            except (OSError, IndexError):
-                peer = "-"
-            log.info("client %s sent nothing for %g s: connection closed", peer, self.gettimeout())
-            _STALLED.add(self)
-            raise ReadTimeout(b"") from None
+            late = deadline is not None and left < self.read_timeout
+            self._stalled(f"did not send its request within {self.read_deadline:g} s" if late
+                          else f"sent nothing for {self.read_timeout:g} s")
+        finally:
+            if blocking:
+                self.settimeout(self.read_timeout)
+
+    def _stalled(self, why: str) -> NoReturn:
+        try:
+            peer = self.getpeername()[0]
+        except (OSError, IndexError):
+            peer = "-"
+        log.info("client %s %s: connection closed", peer, why)
+        _STALLED.add(self)
+        raise ReadTimeout(b"") from None
 
 
 def error_response(status: int, reason: str, message: str, code: str, type_: str = INVALID_REQUEST,
@@ -145,6 +166,7 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         server = self.app.config.server
         _TimedSocket.read_timeout = server.read_timeout
+        _TimedSocket.read_deadline = server.read_deadline
         self.per_client = server.max_connections_per_client or max(1, self.cfg.threads // 2)
         self.retry_after = server.retry_after
         self._active: Counter[str] = Counter()  # client address -> connections queued or in a thread
@@ -245,6 +267,7 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
         try:
             if type(conn.sock) is socket.socket:
                 conn.sock.__class__ = _TimedSocket
+            _DEADLINES[conn.sock] = time.monotonic() + _TimedSocket.read_deadline
             result = super().handle(conn)
             if result is False:
                 # gunicorn would close it in the main loop, waiting up to 2 s for the client.
@@ -252,6 +275,7 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
                 conn.reame_closed = True
             return result
         finally:
+            _DEADLINES.pop(conn.sock, None)
             if address:
                 self._leave(address)
 

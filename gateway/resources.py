@@ -13,7 +13,7 @@ from typing import Any, Final, NoReturn
 import falcon
 from gunicorn.http.errors import ParseException
 
-from reame.gateway import auth, bounds, errors, responses, sse, validation
+from reame.gateway import auth, body_encoding, bounds, errors, responses, sse, validation
 from reame.gateway.answers import AnswerCache
 from reame.gateway.choice_stream import ChoicesStream
 from reame.gateway.choices import choice_usage, seeded
@@ -83,6 +83,10 @@ def read_json(req: falcon.Request, max_bytes: int) -> object:
         raise invalid(None, "the request body is incomplete", "invalid_body") from None
     if len(data) > max_bytes:
         _too_large(max_bytes)
+    try:
+        data = body_encoding.decode(data, req.get_header("Content-Encoding"), max_bytes)
+    except body_encoding.BodyError as err:
+        raise APIError(err.status, err.message, code=err.code) from None
     if not data.strip():
         raise invalid(None, "the request body is empty; send a JSON object", "invalid_json")
     try:

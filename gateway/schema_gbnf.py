@@ -46,6 +46,9 @@ _BY_TYPE: Final[dict[str, frozenset[str]]] = {
 _ALTERNATIVES: Final = ("$ref", "anyOf", "const", "enum")
 MAX_DEPTH: Final = 64
 MAX_COUNT: Final = 1000  # minItems, maxItems, minLength, maxLength
+# llama-cpp-python's converter chains optional properties recursively (5,000 ran out of
+# Python's stack); an object of 256 optional properties converts in about 0.1 s.
+MAX_PROPERTIES: Final = 256
 # JSON strings: any character but '"', '\\' and the control characters, which JSON escapes.
 _CHAR: Final[Any] = BuiltinRule(
     r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])', []
@@ -153,6 +156,11 @@ class _Checker:
         for key in DEFINITIONS:
             if key in self._root:
                 clean[key] = self._definitions(self._root[key], f".{key}")
+        if "$ref" in clean:
+            # The converter does not look beside a $ref, so the definitions of a root that
+            # is a reference (a recursive type: {"$ref": "#/$defs/node", "$defs": ...}) would
+            # keep their own references unresolved: the root becomes a one-way choice.
+            clean = {"anyOf": [{"$ref": clean.pop("$ref")}], **clean}
         return clean
 
     def _definitions(self, value: object, path: str) -> dict[str, Any]:
@@ -260,6 +268,11 @@ class _Checker:
         properties = node.get("properties", {})
         if not isinstance(properties, dict):
             raise SchemaError(f"{path}.properties", "properties must be an object")
+        if len(properties) > MAX_PROPERTIES:
+            raise SchemaError(
+                f"{path}.properties", f"the object has {len(properties):,} properties; at most {MAX_PROPERTIES}"
+                " are supported (nest them in objects)",
+            )
         if "properties" in node:
             clean["properties"] = {
                 name: self._schema(sub, f"{path}.properties.{name}", depth + 1) for name, sub in properties.items()

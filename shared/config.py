@@ -75,6 +75,7 @@ class ServerConfig:
     allow_unauthenticated: bool = key(_bool, "false")
     max_messages: int = key(_int(1), "1024")
     read_timeout: float = key(_float(0.1), "20")
+    read_deadline: float = key(_float(0.1), "30")
     max_connections_per_client: int = key(_int(0), "0")
     cors_origins: str = key(_text, "")
 

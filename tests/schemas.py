@@ -94,4 +94,5 @@ REFUSED: Final[list[tuple[Any, str]]] = [
     ("not a schema", ""),
     ({"type": "string", "pattern": "^(a{100}){100}$"}, ".pattern"),  # the grammar would spell out 10,000
     ({"type": "array", "items": {"type": "string"}, "maxItems": 5000}, ".maxItems"),
+    ({"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(5000)}}, ".properties"),
 ]

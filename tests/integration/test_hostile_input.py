@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import gzip
 import json
+import select
 import socket
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,6 +26,7 @@ from tests.harness import Server, start_server
 pytestmark = pytest.mark.integration
 
 READ_TIMEOUT_S = 2.0
+READ_DEADLINE_S = 5.0
 PER_CLIENT = 4
 ATTACKER = "127.0.0.2"  # another loopback address: the slow clients are not the test's own address
 SLOW = (
@@ -35,7 +39,8 @@ SLOW = (
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     running = start_server(
         tmp_path_factory.mktemp("hostile"), workers=1,
-        server_read_timeout=str(READ_TIMEOUT_S), server_max_connections_per_client=str(PER_CLIENT),
+        server_read_timeout=str(READ_TIMEOUT_S), server_read_deadline=str(READ_DEADLINE_S),
+        server_max_connections_per_client=str(PER_CLIENT),
     )
     yield running
     assert not running.stop()
@@ -137,6 +142,41 @@ def test_headers_that_never_end_time_out(server: Server) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=60, source_address=(ATTACKER, 0)) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         assert _read_all(sock) == b""  # closed after read_timeout, not held
+    assert health_ok(server)
+
+
+def trickle(server: Server, head: bytes, drip: bytes) -> tuple[bytes, int]:
+    """Send ``head``, then ``drip`` every READ_TIMEOUT_S / 2 until the server answers or closes.
+
+    Return what it answered and how many drips it took: each comes well within
+    read_timeout, so only the whole request's deadline can end the connection.
+    """
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60, source_address=(ATTACKER, 0)) as sock:
+        sock.sendall(head)
+        # Far more drips than the deadline has room for, so the test ends either way.
+        for drips in range(int(10 * READ_DEADLINE_S / READ_TIMEOUT_S)):
+            readable, _, _ = select.select([sock], [], [], READ_TIMEOUT_S / 2)
+            if readable:
+                return _read_all(sock), drips
+            try:
+                sock.sendall(drip)
+            except OSError:  # closed while we wrote
+                return _read_all(sock), drips
+        return b"", -1
+
+
+def test_a_body_that_lies_about_its_length_is_408_at_the_deadline(server: Server) -> None:
+    """Issue #30, item 2: Content-Length larger than what is sent was answered 408 only after 20 s."""
+    answer, drips = trickle(server, SLOW.encode(), b" ")  # 100 announced; 4 sent, then a space now and then
+    assert drips >= 0, "the connection was never ended"
+    assert assert_openai_error(answer, 408)["code"] == "request_timeout"
+
+
+def test_headers_trickled_line_by_line_end_at_the_deadline(server: Server) -> None:
+    """Issue #30, item 1: one header line every 3 s kept a connection (and its thread) for ever."""
+    answer, drips = trickle(server, b"GET /health HTTP/1.1\r\nHost: x\r\n", b"X-Drip: 1\r\n")
+    assert drips >= 0, "the connection was never ended"
+    assert b"200 OK" not in answer
     assert health_ok(server)
 
 
@@ -255,6 +295,30 @@ def test_completions_of_special_token_text_cost_as_much_as_ordinary_text(server:
 def test_a_warm_with_nothing_to_read_is_a_400_naming_it(server: Server, body: dict[str, Any], param: str) -> None:
     status, _, answer = server.post_json("/v1/cache/warm", body)  # was 200 "cached": true, with nothing read
     assert status == 400 and answer["error"]["param"] == param, answer
+
+
+def encoded_chat(server: Server, body: bytes, encoding: str) -> tuple[int, dict[str, Any]]:
+    status, _, answer = server.request("POST", "/v1/chat/completions", body, {
+        "Content-Type": "application/json", "Content-Encoding": encoding,
+    })
+    return status, json.loads(answer)
+
+
+def test_a_gzip_or_deflate_body_is_read(server: Server) -> None:
+    """Issue #30, item 5: gzip bodies were read as JSON and failed as "invalid_json"."""
+    chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2}).encode()
+    for encoding, data in (("gzip", gzip.compress(chat)), ("deflate", zlib.compress(chat))):
+        status, answer = encoded_chat(server, data, encoding)
+        assert status == 200 and answer["usage"]["completion_tokens"] >= 1, (encoding, answer)
+
+
+def test_a_body_that_inflates_past_the_limit_or_an_unknown_encoding_is_refused(server: Server) -> None:
+    bomb = gzip.compress(b" " * 100_000_000)  # about 100 KB on the wire, 100 MB inflated
+    status, answer = encoded_chat(server, bomb, "gzip")
+    assert status == 413 and answer["error"]["code"] == "request_too_large", answer
+    status, answer = encoded_chat(server, b"{}", "br")
+    assert status == 415 and "'br'" in answer["error"]["message"], answer
+    assert health_ok(server)
 
 
 def test_the_server_still_serves(server: Server) -> None:

@@ -104,6 +104,25 @@ def test_cut_by_max_tokens_says_length(server: Server) -> None:
     assert reply.choices[0].finish_reason == "length"
 
 
+def test_a_recursive_schema_is_enforced(server: Server) -> None:
+    """Issue #30, item 3: a root $ref to a recursive type was refused as "cannot be turned into a grammar"."""
+    schema = {"$ref": "#/$defs/node", "$defs": {"node": {
+        "type": "object", "required": ["name"], "additionalProperties": False,
+        "properties": {"name": {"type": "string", "maxLength": 12},
+                       "child": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+    }}}
+    reply = server.client().chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "A family tree as JSON."}], max_tokens=120, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "tree", "schema": schema}},
+    )
+    choice = reply.choices[0]
+    if choice.finish_reason == "stop":  # a reply cut by max_tokens is a valid prefix, not a document
+        node = json.loads(choice.message.content or "")
+        while node is not None:
+            assert set(node) <= {"name", "child"} and isinstance(node["name"], str), node
+            node = node.get("child")
+
+
 @pytest.mark.parametrize(
     ("schema", "param"),
     [
@@ -116,6 +135,9 @@ def test_cut_by_max_tokens_says_length(server: Server) -> None:
          "response_format.json_schema.schema.properties.a.$ref"),
         ({"type": "array", "items": {"type": "string"}, "uniqueItems": True},
          "response_format.json_schema.schema.uniqueItems"),
+        # Issue #30, item 3: was "maximum recursion depth exceeded while calling a Python object".
+        ({"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(5000)}},
+         "response_format.json_schema.schema.properties"),
     ],
 )
 def test_a_schema_that_cannot_be_enforced_is_a_400_naming_its_part(

@@ -94,3 +94,45 @@ def test_classes_never_produce_raw_quotes_backslashes_or_control_characters() ->
     rule = pattern_rule('^[ -~]$')  # printable ASCII, which includes '"' and '\\'
     assert "\\x22" not in rule and "\\x5C" not in rule and "\\x00" not in rule
     assert '"\\\\\\""' in rule and '"\\\\\\\\"' in rule  # both are offered JSON-escaped
+
+
+RECURSIVE = {"type": "object", "properties": {"name": {"type": "string"}, "next": {"$ref": "#/$defs/node"}}}
+
+
+@pytest.mark.parametrize("schema", [
+    {"$ref": "#/$defs/node", "$defs": {"node": RECURSIVE}},  # the root a reference: was refused
+    {"type": "object", "properties": {"head": {"$ref": "#/$defs/node"}}, "$defs": {"node": RECURSIVE}},
+    {"$ref": "#/$defs/a", "$defs": {  # a <-> b
+        "a": {"type": "object", "properties": {"b": {"$ref": "#/$defs/b"}}},
+        "b": {"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}}},
+    }},
+])
+def test_recursive_references_become_rules_that_refer_to_themselves(schema: dict[str, Any]) -> None:
+    assert has_cycle(schema_grammar(schema))
+
+
+def test_a_schema_without_references_has_no_cycle() -> None:
+    assert not has_cycle(schema_grammar({"type": "object", "properties": {"a": {"type": "object", "properties": {
+        "b": {"type": "string"}}}}}))
+
+
+def has_cycle(grammar: str) -> bool:
+    """Tell whether some rule reaches itself through the rules it names."""
+    rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines() if " ::= " in line)
+    assert "root" in rules
+    names = {name: {other for other in rules if re.search(rf"(?<![\w-]){re.escape(other)}(?![\w-])",
+                                                          re.sub(r'"(?:[^"\\]|\\.)*"', "", body))}
+             for name, body in rules.items()}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in names[start])
+
+    return any(reaches(name, name, set()) for name in rules)
+
+
+def test_too_many_properties_are_refused_with_the_count() -> None:
+    with pytest.raises(SchemaError) as caught:
+        schema_grammar({"type": "object", "properties": {"x": {"type": "object", "properties": {
+            f"p{i}": {"type": "integer"} for i in range(5000)}}}})
+    assert caught.value.path == ".properties.x.properties"
+    assert "5,000 properties" in caught.value.message
