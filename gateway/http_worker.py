@@ -12,6 +12,11 @@ What gunicorn's own ThreadWorker leaves open, and what this subclass adds:
 - One client address may hold at most ``server.max_connections_per_client`` of the
   threads (0: half of them); a connection beyond that is answered 429 at once (by
   the main loop, without waiting for the client) and closed once the client has read it.
+  And the last quarter of the threads is kept for addresses with no connection in
+  service (:func:`admits`): slow clients from a few addresses cannot fill the pool.
+- A liveness probe (``GET /health``, ``GET /ready``) is never refused for its address's
+  share: it has its own small share (PROBES_PER_CLIENT) and a short deadline
+  (PROBE_DEADLINE_S), so a probe from an address that misbehaves is still answered.
 - Errors raised before the app (414, 431, a bad request line, Content-Length with
   Transfer-Encoding...) are answered in OpenAI's JSON shape with a 4xx, not as
   gunicorn's HTML, and their log line has the client's text escaped.
@@ -37,7 +42,7 @@ from typing import Any, Final, NoReturn
 
 from gunicorn import util
 from gunicorn.http import errors as http_errors
-from gunicorn.workers.gthread import TConn, ThreadWorker
+from gunicorn.workers.gthread import _DEFER, DEFAULT_WORKER_DATA_TIMEOUT, TConn, ThreadWorker
 
 from reame.gateway.errors import INVALID_REQUEST, OVERLOADED, SERVER_ERROR
 from reame.gateway.headers import GENERATED_PREFIX, REQUEST_ID_HEADER
@@ -50,6 +55,10 @@ REFUSED_LINGER_S: Final = 1.0
 # Closing a finished connection: how long to wait for the client to close its side.
 CLOSE_LINGER_S: Final = 0.5
 TOO_MANY: Final = "too_many_connections"
+# Probes in service at once per address, and the time their request may take to arrive.
+PROBES_PER_CLIENT: Final = 2
+PROBE_DEADLINE_S: Final = 2.0
+_PROBES: Final = (b"GET /health", b"GET /ready", b"HEAD /health", b"HEAD /ready")
 REFUSAL_LOG_S: Final = 10.0
 
 # gunicorn's errors before the app -> (status, reason, code).
@@ -169,28 +178,37 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
         _TimedSocket.read_deadline = server.read_deadline
         self.per_client = server.max_connections_per_client or max(1, self.cfg.threads // 2)
         self.retry_after = server.retry_after
-        self._active: Counter[str] = Counter()  # client address -> connections queued or in a thread
+        self._active: Counter[str] = Counter()  # client address -> connections in a thread
+        self._probes: Counter[str] = Counter()  # client address -> liveness probes in a thread
+        self._total = 0  # connections in a thread, probes not counted
         self._lock = threading.Lock()
         self._refused: dict[socket.socket, float] = {}  # socket -> close it by then: main loop only
         self._refusals: dict[str, tuple[float, int]] = {}  # address -> (last logged, refused since): main loop
 
     # -- one client's share of the threads ------------------------------------------------
 
-    def _admit(self, address: str) -> bool:
+    def _admit(self, address: str, probe: bool) -> bool:
         """Count a connection in service for ``address`` if it has room (any thread)."""
         if not address:
             return True
+        counts = self._probes if probe else self._active
         with self._lock:
-            if self._active[address] >= self.per_client:
+            if probe:
+                if counts[address] >= PROBES_PER_CLIENT:
+                    return False
+            elif not admits(counts[address], self._total, self.per_client, self.cfg.threads):
                 return False
-            self._active[address] += 1
+            counts[address] += 1
+            self._total += not probe
             return True
 
-    def _leave(self, address: str) -> None:
+    def _leave(self, address: str, probe: bool) -> None:
+        counts = self._probes if probe else self._active
         with self._lock:
-            self._active[address] -= 1
-            if self._active[address] <= 0:
-                del self._active[address]
+            counts[address] -= 1
+            self._total -= not probe
+            if counts[address] <= 0:
+                del counts[address]
 
     def _refuse(self, conn: TConn) -> None:
         """Answer 429 in the main loop; keep the socket in the poller until the client has read it."""
@@ -259,15 +277,23 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def handle(self, conn: TConn) -> Any:
         address = _address(conn)
+        # What the request is must be known before admitting it (a probe has its own
+        # share), so wait for its first bytes here as gunicorn's handle would.
+        if not conn.initialized and not conn.data_ready:
+            if not conn.wait_for_data(DEFAULT_WORKER_DATA_TIMEOUT):
+                return _DEFER
+            conn.data_ready = True
+        probe = _is_probe(conn.sock)
         # Counted while in a thread, not while queued: a client's closed keep-alive
         # connections queue up behind a busy pool, and cost nothing there.
-        if not self._admit(address):
+        if not self._admit(address, probe):
             conn.reame_refused = True  # finish_request answers it in the main loop
             return False
         try:
             if type(conn.sock) is socket.socket:
                 conn.sock.__class__ = _TimedSocket
-            _DEADLINES[conn.sock] = time.monotonic() + _TimedSocket.read_deadline
+            deadline = PROBE_DEADLINE_S if probe else _TimedSocket.read_deadline
+            _DEADLINES[conn.sock] = time.monotonic() + deadline
             result = super().handle(conn)
             if result is False:
                 # gunicorn would close it in the main loop, waiting up to 2 s for the client.
@@ -277,7 +303,7 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
         finally:
             _DEADLINES.pop(conn.sock, None)
             if address:
-                self._leave(address)
+                self._leave(address, probe)
 
     def _keepalive_after(self, conn: TConn, keepalive: bool) -> bool:
         # gunicorn drains an unread body for up to 5 s more; a stalled client gets no more time.
@@ -303,6 +329,27 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
             util.write_nonblock(client, answer)
         except OSError:
             log.debug("could not send the error answer to %s", peer)
+
+
+def admits(in_service: int, total: int, per_client: int, threads: int) -> bool:
+    """Tell whether an address with ``in_service`` connections in threads may have one more.
+
+    Each address gets ``per_client``; and once ``total`` connections fill three quarters
+    of the ``threads``, only addresses with none in service get one, so a few addresses
+    (slow clients from three addresses took all 32 threads) leave threads for the others.
+    """
+    if in_service >= per_client:
+        return False
+    return in_service == 0 or total < threads - max(1, threads // 4)
+
+
+def _is_probe(sock: socket.socket) -> bool:
+    """Tell whether the request waiting on ``sock`` is a liveness probe, from its first bytes (not read)."""
+    try:
+        head = sock.recv(16, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return False
+    return any(head.startswith(probe) and head[len(probe):len(probe) + 1] in (b" ", b"?") for probe in _PROBES)
 
 
 def _address(conn: TConn) -> str:

@@ -17,6 +17,7 @@ import socket
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -325,3 +326,50 @@ def test_the_server_still_serves(server: Server) -> None:
     status, answer = post_chat(server, [{"role": "user", "content": "Say hi."}], max_tokens=4)
     assert status == 200 and answer["choices"][0]["message"]["content"] is not None
     assert health_ok(server)
+
+
+def test_slow_clients_from_several_addresses_leave_threads_for_probes_and_others(tmp_path: Path) -> None:
+    """Issue #30, item 1: 48 slow connections from three addresses took every thread; /health got no byte.
+
+    A small pool (8 threads, 4 per address) and long timeouts: the slow connections hold
+    their threads for the whole test, so only the admission rules can let /health through.
+    """
+    pool = start_server(
+        tmp_path, workers=1, server_gateway_threads="8", server_max_connections_per_client="4",
+        server_read_timeout="60", server_read_deadline="120",
+    )
+    slow: list[socket.socket] = []
+    try:
+        for address in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
+            for _ in range(4):
+                sock = socket.create_connection(("127.0.0.1", pool.port), timeout=60, source_address=(address, 0))
+                sock.sendall(SLOW.encode())
+                slow.append(sock)
+        for source in ("127.0.0.5", "127.0.0.2", "127.0.0.1"):  # a fresh address, an attacker's, loopback
+            for path in ("/health", "/ready"):
+                answer = probe(pool.port, path, source)
+                assert answer.startswith(b"HTTP/1.1 200"), (source, path, answer[:200])
+        # The attackers got 429s beyond the reserve, not threads: 8 - 8 // 4 = 6 threads for
+        # addresses with a connection in service, and one more for each address's first.
+        refused = sum(b" 429 " in _read_all(sock)[:20] for sock in slow if _closed_soon(sock))
+        assert refused >= 12 - (6 + 3), refused
+    finally:
+        for sock in slow:
+            sock.close()
+        assert not pool.stop()
+
+
+def probe(port: int, path: str, source: str) -> bytes:
+    """GET ``path`` on a fresh connection from ``source``; the answer, or b"" if none came in 30 s."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0)) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        try:
+            return _read_all(sock)
+        except TimeoutError:
+            return b""
+
+
+def _closed_soon(sock: socket.socket) -> bool:
+    """Tell whether the server has answered or closed ``sock`` (a refused one is, at once)."""
+    readable, _, _ = select.select([sock], [], [], 0.5)
+    return bool(readable)

@@ -89,3 +89,16 @@ def test_an_error_quoting_a_lone_surrogate_can_be_sent() -> None:
     body = json.loads(dumps({"error": error.to_dict()}))
     assert body["error"]["param"] == "logit_bias.\\ud800"
     assert body["error"]["message"] == "unknown reame option '\\ud800'"
+
+
+def test_an_address_gets_its_share_and_the_last_quarter_of_threads_is_kept_for_new_addresses() -> None:
+    # 32 threads, 16 per address: the first connections of an address always fit ...
+    assert http_worker.admits(0, 31, 16, 32)
+    # ... more of an address only while three quarters (24) are not in use,
+    assert http_worker.admits(5, 23, 16, 32)
+    assert not http_worker.admits(5, 24, 16, 32)
+    # ... and never beyond its share.
+    assert not http_worker.admits(16, 0, 16, 32)
+    # A pool of one thread keeps nothing back from a first connection.
+    assert http_worker.admits(0, 0, 1, 1)
+    assert not http_worker.admits(1, 0, 1, 1)
