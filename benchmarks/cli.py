@@ -29,9 +29,10 @@ SCENARIOS: Final[dict[str, str]] = {
     "speculative": "speculative decoding: decode tok/s off against lookup",
     "overhead": "overhead: the stack against the same prompt in-process",
     "extract": "extraction into a JSON schema: valid JSON and decode tok/s, speculative off against lookup",
+    "first": "first question about a new document: auto against a cold read with compression off",
 }
 MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
-                  "overhead": "overhead", "extract": "extract"}
+                  "overhead": "overhead", "extract": "extract", "first": "first"}
 
 
 def default_exam() -> Path:

@@ -26,9 +26,11 @@ TITLES = {
     "speculative": "## Speculative decoding",
     "overhead": "## Overhead of the stack",
     "extract": "## Extraction into a JSON schema",
+    "first": "## First question about a new document",
 }
 PLOTS = {"qa": "qa_ttft.png", "load": "load_latency_cdf.png", "compress": "compress_ttft.png",
-         "speculative": "speculative_decode.png", "overhead": "overhead_ttft.png", "extract": "extract_decode.png"}
+         "speculative": "speculative_decode.png", "overhead": "overhead_ttft.png", "extract": "extract_decode.png",
+         "first": "first_ttft.png"}
 
 
 def test_every_scenario_runs_quick(tmp_path: Path) -> None:
