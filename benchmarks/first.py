@@ -19,7 +19,7 @@ from typing import Any
 from reame.benchmarks.common import Progress, Setup, Timing, ask, chat, how, nonce
 from reame.benchmarks.exam import INSTRUCTION, grade, load_exam
 from reame.benchmarks.report import Section, median, plot, ratio, table
-from reame.benchmarks.server import start_server
+from reame.benchmarks.server import Server, start_server
 
 MAX_TOKENS = 32
 SIDES = ("auto", "cold off")
@@ -56,7 +56,7 @@ def run(setup: Setup) -> Section:
     return report(setup, [q.id for q in firsts], timings, correct)
 
 
-def settle(server: Any) -> None:
+def settle(server: Server) -> None:
     """Wait until no background warm is queued or running, so the next request has the cores to itself."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while time.monotonic() < deadline:

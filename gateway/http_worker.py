@@ -96,7 +96,6 @@ class _TimedSocket(socket.socket):
 
     __slots__ = ()
     read_timeout: float = 20.0  # set once per gunicorn worker process from the config
-    read_deadline: float = 30.0  # likewise
 
     def setblocking(self, flag: bool) -> None:
         if flag:
@@ -117,7 +116,7 @@ class _TimedSocket(socket.socket):
         deadline = _DEADLINES.get(self)
         left = self.read_timeout if deadline is None else min(self.read_timeout, deadline - time.monotonic())
         if left <= 0:
-            self._stalled(f"did not send its request within {self.read_deadline:g} s")
+            self._stalled("did not send its whole request before its deadline")
         blocking = self.gettimeout() != 0.0
         if blocking:
             self.settimeout(left)
@@ -125,7 +124,7 @@ class _TimedSocket(socket.socket):
             return super().recv(bufsize, flags)
         except TimeoutError:
             late = deadline is not None and left < self.read_timeout
-            self._stalled(f"did not send its request within {self.read_deadline:g} s" if late
+            self._stalled("did not send its whole request before its deadline" if late
                           else f"sent nothing for {self.read_timeout:g} s")
         finally:
             if blocking:
@@ -175,7 +174,7 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         server = self.app.config.server
         _TimedSocket.read_timeout = server.read_timeout
-        _TimedSocket.read_deadline = server.read_deadline
+        self.read_deadline = server.read_deadline
         self.per_client = server.max_connections_per_client or max(1, self.cfg.threads // 2)
         self.retry_after = server.retry_after
         self._active: Counter[str] = Counter()  # client address -> connections in a thread
@@ -292,7 +291,7 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
         try:
             if type(conn.sock) is socket.socket:
                 conn.sock.__class__ = _TimedSocket
-            deadline = PROBE_DEADLINE_S if probe else _TimedSocket.read_deadline
+            deadline = PROBE_DEADLINE_S if probe else self.read_deadline
             _DEADLINES[conn.sock] = time.monotonic() + deadline
             result = super().handle(conn)
             if result is False:
