@@ -17,6 +17,9 @@ What gunicorn's own ThreadWorker leaves open, and what this subclass adds:
 - A liveness probe (``GET /health``, ``GET /ready``) is never refused for its address's
   share: it has its own small share (PROBES_PER_CLIENT) and a short deadline
   (PROBE_DEADLINE_S), so a probe from an address that misbehaves is still answered.
+  The share counts probes whose request is still being read (the part a slow client
+  stretches), so a monitor asking again as soon as it has its answer never finds
+  its own earlier probes still counted.
 - Errors raised before the app (414, 431, a bad request line, Content-Length with
   Transfer-Encoding...) are answered in OpenAI's JSON shape with a 4xx, not as
   gunicorn's HTML, and their log line has the client's text escaped.
@@ -209,15 +212,15 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
             if counts[address] <= 0:
                 del counts[address]
 
-    def _refuse(self, conn: TConn) -> None:
+    def _refuse(self, conn: TConn, probe: bool) -> None:
         """Answer 429 in the main loop; keep the socket in the poller until the client has read it."""
         sock = conn.sock
         address = _address(conn)
-        answer = error_response(
-            429, "Too Many Requests",
-            f"this client already has {self.per_client} connections in service; retry when one ends",
-            TOO_MANY, OVERLOADED, self.retry_after,
-        )
+        if probe:
+            message = f"this client already has {PROBES_PER_CLIENT} probes being read; retry when one ends"
+        else:
+            message = f"this client already has {self.per_client} connections in service; retry when one ends"
+        answer = error_response(429, "Too Many Requests", message, TOO_MANY, OVERLOADED, self.retry_after)
         self._note_refusal(address)
         try:
             sock.setblocking(False)
@@ -263,9 +266,10 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
             self._close_refused(sock)
 
     def finish_request(self, conn: TConn, fs: Any) -> None:
-        if getattr(conn, "reame_refused", False):
-            conn.reame_refused = False
-            self._refuse(conn)
+        refused = getattr(conn, "reame_refused", "")
+        if refused:
+            conn.reame_refused = ""
+            self._refuse(conn, probe=refused == "probe")
             return
         if getattr(conn, "reame_closed", False):  # closed in its thread already
             self.nr_conns -= 1
@@ -286,8 +290,9 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
         # Counted while in a thread, not while queued: a client's closed keep-alive
         # connections queue up behind a busy pool, and cost nothing there.
         if not self._admit(address, probe):
-            conn.reame_refused = True  # finish_request answers it in the main loop
+            conn.reame_refused = "probe" if probe else "request"  # finish_request answers it in the main loop
             return False
+        conn.reame_reading_probe = probe
         try:
             if type(conn.sock) is socket.socket:
                 conn.sock.__class__ = _TimedSocket
@@ -301,8 +306,19 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
             return result
         finally:
             _DEADLINES.pop(conn.sock, None)
-            if address:
+            if address and (conn.reame_reading_probe or not probe):
                 self._leave(address, probe)
+            conn.reame_reading_probe = False
+
+    def handle_request(self, req: Any, conn: TConn) -> bool:
+        if getattr(conn, "reame_reading_probe", False):
+            # Read in full: give the probe's slot back before answering, so the answer
+            # reaches the client only after the slot is free again.
+            conn.reame_reading_probe = False
+            address = _address(conn)
+            if address:
+                self._leave(address, True)
+        return bool(super().handle_request(req, conn))
 
     def _keepalive_after(self, conn: TConn, keepalive: bool) -> bool:
         # gunicorn drains an unread body for up to 5 s more; a stalled client gets no more time.
