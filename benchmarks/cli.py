@@ -30,9 +30,11 @@ SCENARIOS: Final[dict[str, str]] = {
     "overhead": "overhead: the stack against the same prompt in-process",
     "extract": "extraction into a JSON schema: valid JSON and decode tok/s, speculative off against lookup",
     "first": "first question about a new document: auto against a cold read with compression off",
+    "rag": "a retriever's documents in changing orders and company: chunk mode against llama-server --cache-reuse",
 }
 MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
-                  "overhead": "overhead", "extract": "extract", "first": "first"}
+                  "overhead": "overhead", "extract": "extract", "first": "first",
+                  "rag": "rag"}
 
 
 def default_exam() -> Path:
@@ -57,11 +59,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", metavar="N", type=int, default=os.cpu_count() or 1,
                         help="threads of each server (default: the CPUs here)")
     parser.add_argument("--quick", action="store_true", help="a tiny run of each scenario (a smoke test)")
+    parser.add_argument("--llama-server", metavar="PATH", type=Path, default=None,
+                        help="llama.cpp's llama-server binary (default: $REAME_BENCH_LLAMA_SERVER, `make peer`'s "
+                        "build, or llama-server on PATH); scenarios that compare with it skip it when none is found")
 
 
 def run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `reame --help` and `reame serve` build this parser on a
     # plain install, which lacks what the benchmarks need (openai, the bench extra).
+    from reame.benchmarks import llama_server
     from reame.benchmarks.common import Setup, machine
     from reame.benchmarks.report import write
     from reame.shared.config import ConfigError, load
@@ -83,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="reame-bench-") as tmp:
         setup = Setup(model, args.draft_model, args.exam or default_exam(), args.out, args.threads, args.quick,
-                      config.model.n_ctx, Path(tmp))
+                      config.model.n_ctx, Path(tmp), llama_server.find(args.llama_server))
         for name in chosen:
             print(f"\n== {name}: {SCENARIOS[name]}", flush=True)
             try:

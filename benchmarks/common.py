@@ -40,6 +40,7 @@ class Setup:
     quick: bool
     n_ctx: int
     tmp: Path
+    llama_server: Path | None = None  # llama.cpp's server binary, where one is built (benchmarks.llama_server)
 
     def overrides(self, **extra: str) -> dict[str, str]:
         """Configuration overrides for a reame server on this run's model (REAME_<SECTION>_<KEY>)."""
@@ -108,6 +109,7 @@ class Timing:
     text: str
     draft_tokens: int = 0  # usage.reame's speculative counts (reame only)
     accepted_draft_tokens: int = 0
+    chunks: dict[str, int] = field(default_factory=dict)  # usage.reame.chunks (chunk mode)
 
 
 def ask(client: openai.OpenAI, messages: list[dict[str, str]], max_tokens: int, **extra: Any) -> Timing:
@@ -117,6 +119,7 @@ def ask(client: openai.OpenAI, messages: list[dict[str, str]], max_tokens: int, 
     chunks = 0
     parts: list[str] = []
     usage = None
+    timings: dict[str, Any] = {}  # llama-server's own counts (cache_n: prompt tokens it reused)
     create: Any = client.chat.completions.create  # the messages are plain dicts, not the client's TypedDicts
     stream = create(
         model="m", messages=messages, temperature=0, max_tokens=max_tokens,
@@ -130,16 +133,22 @@ def ask(client: openai.OpenAI, messages: list[dict[str, str]], max_tokens: int, 
             parts.append(chunk.choices[0].delta.content)
         if chunk.usage is not None:
             usage = chunk.usage
+        extra = chunk.model_extra or {}
+        if isinstance(extra.get("timings"), dict):
+            timings = extra["timings"]
     end = time.perf_counter()
     tokens = usage.completion_tokens if usage is not None else chunks
     details = usage.prompt_tokens_details if usage is not None else None
     decode = (tokens - 1) / (last - first) if tokens > 1 and last > first else 0.0
     ours = (usage.model_extra or {}).get("reame") if usage is not None else None
     drafts = ours if isinstance(ours, dict) else {}
-    return Timing((first or end) - start, end - start, tokens, decode,
-                  details.cached_tokens if details is not None else None,
+    cached = details.cached_tokens if details is not None else None
+    if "cache_n" in timings:
+        cached = int(timings["cache_n"])
+    return Timing((first or end) - start, end - start, tokens, decode, cached,
                   usage.prompt_tokens if usage is not None else None, "".join(parts),
-                  int(drafts.get("draft_tokens", 0)), int(drafts.get("accepted_draft_tokens", 0)))
+                  int(drafts.get("draft_tokens", 0)), int(drafts.get("accepted_draft_tokens", 0)),
+                  drafts.get("chunks") or {})
 
 
 def chat(document: str, question: str) -> list[dict[str, str]]:

@@ -120,6 +120,10 @@ class Metrics:
                                     m, registry=own)
         self.accepted_tokens = Counter("reame_speculative_accepted_tokens", "Speculative tokens accepted.",
                                        m, registry=own)
+        self.chunks = Counter("reame_chunks", "Chunks of prompts read in chunk mode, by source: memory, store "
+                              "or read (alone, then stored).", ("model", "source"), registry=own)
+        self.link_tokens = Counter("reame_chunk_link_tokens", "Tokens read in context at the start of chunks.",
+                                   m, registry=own)
 
     def observe(self, record: RequestLog, status: int) -> None:
         """Count one finished request (the request log's ``on_end``)."""
@@ -142,6 +146,11 @@ class Metrics:
         self.saved_tokens.labels(model, record.compress_mode).inc(record.saved_tokens)
         self.draft_tokens.labels(model).inc(u.draft_tokens)
         self.accepted_tokens.labels(model).inc(u.accepted_draft_tokens)
+        if u.chunks_in_memory + u.chunks_from_store + u.chunks_read:
+            self.chunks.labels(model, "memory").inc(u.chunks_in_memory)
+            self.chunks.labels(model, "store").inc(u.chunks_from_store)
+            self.chunks.labels(model, "read").inc(u.chunks_read)
+            self.link_tokens.labels(model).inc(u.link_tokens)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         """GET /metrics, in the Prometheus text format."""

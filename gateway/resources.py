@@ -188,7 +188,7 @@ class _Generation:
             request_id, sampling, deadline, prompt=compressed.prompt, messages=compressed.messages,
             cache=options.cache, warm=warm, speculative=options.speculative,
             cache_scope=auth.cache_scope(key_scope, options.cache_salt), grammar=grammar, logprobs=logprobs,
-            tools=tools,
+            tools=tools, chunks=self.settings.config.cache.chunks if options.chunks is None else options.chunks,
         )
         # A stored answer replays without the dispatcher; else the reply is recorded for the next time.
         call = self.answers.open(

@@ -42,6 +42,12 @@ class Usage:
     uncompressed_prompt_tokens: int = 0
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
+    # Chunk mode (cache.chunks): chunks held in memory, placed from the store, read alone, and
+    # the tokens read in context at their starts.
+    chunks_in_memory: int = 0
+    chunks_from_store: int = 0
+    chunks_read: int = 0
+    link_tokens: int = 0
     answer_cache: str = ""  # "hit", "miss", or "" when the answer cache was not consulted (gateway.answers)
     compression: str = ""  # the compression mode the prompt was sent in; "" when not known
 
@@ -50,7 +56,8 @@ class Usage:
         """Build the usage of one generation; ``saved_tokens`` is what the gateway's compression saved."""
         return cls(
             done.prompt_tokens, done.completion_tokens, done.cached_tokens, done.prompt_tokens + saved_tokens,
-            done.draft_tokens, done.accepted_draft_tokens, done.answer_cache, compression,
+            done.draft_tokens, done.accepted_draft_tokens, done.chunks_in_memory, done.chunks_from_store,
+            done.chunks_read, done.link_tokens, done.answer_cache, compression,
         )
 
     def __add__(self, other: Usage) -> Usage:
@@ -76,8 +83,16 @@ class Usage:
                 "draft_tokens": self.draft_tokens,
                 "accepted_draft_tokens": self.accepted_draft_tokens,
                 **({"answer_cache": self.answer_cache} if self.answer_cache else {}),
+                **(self._chunks() if self.chunks_in_memory + self.chunks_from_store + self.chunks_read else {}),
             },
         }
+
+
+    def _chunks(self) -> Json:
+        return {"chunks": {
+            "in_memory": self.chunks_in_memory, "from_store": self.chunks_from_store, "read": self.chunks_read,
+            "link_tokens": self.link_tokens,
+        }}
 
 
 # Usage's summed fields: the counts before its strings.

@@ -46,7 +46,9 @@ ROLES: Final = frozenset({"system", "user", "assistant", "developer", "tool"})
 MAX_PROMPTS: Final = 64  # prompts in one completions request; each is a sequential generation
 MAX_MESSAGES: Final = 1024  # server.max_messages' default; counted before any message is read
 EXTENSION_FIELD: Final = "reame"
-EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"cache", "compress", "speculative", "cache_salt", "answer_cache"})
+EXTENSION_KEYS: Final[frozenset[str]] = frozenset(
+    {"cache", "compress", "speculative", "cache_salt", "answer_cache", "chunks"}
+)
 WARM_EXTENSION_KEYS: Final[frozenset[str]] = frozenset({"compress", "cache_salt"})
 
 
@@ -59,6 +61,7 @@ class Options:
     speculative: SpeculativeMode | None = None  # None: the worker's default
     cache_salt: str | None = None  # narrows the KV cache scope (gateway.auth.cache_scope)
     answer_cache: bool = True  # False: neither served from nor stored in the answer cache (gateway.answers)
+    chunks: bool | None = None  # chunk mode; None: cache.chunks
 
 
 DEFAULT_OPTIONS: Final = Options()
@@ -186,7 +189,10 @@ def _options(fields: dict[str, Any], allowed: frozenset[str]) -> Options:
     if salt is not None and (not isinstance(salt, str) or not 1 <= len(salt) <= MAX_CACHE_SALT):
         raise invalid("reame.cache_salt", f"reame.cache_salt must be a string of 1 to {MAX_CACHE_SALT} characters")
     answer_cache = boolean(switches, "answer_cache", f"{EXTENSION_FIELD}.answer_cache")
-    return Options(True if cache is None else cache, compress, speculative, salt, answer_cache is not False)
+    chunks = boolean(switches, "chunks", f"{EXTENSION_FIELD}.chunks")
+    return Options(
+        True if cache is None else cache, compress, speculative, salt, answer_cache is not False, chunks
+    )
 
 
 _Mode = TypeVar("_Mode", bound=enum.StrEnum)

@@ -139,6 +139,7 @@ class CacheConfig:
     scope: str = key(_choice("auto", "shared", "per_key"), "auto")
     answers: bool = key(_bool, "true")  # the answer cache (gateway.answers, cachekeeper.answers)
     answers_max_size: int = key(_size, "256MB")
+    chunks: bool = key(_bool, "false")  # chunk mode (worker.chunk_plan)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,14 +28,16 @@ from reame.shared.protocol import (
     Generate,
     Message,
 )
-from reame.worker.chat_template import ChatTemplate, ChatTemplateError
+from reame.worker import chunked_prefill, request_prompt
+from reame.worker.chunk_store import SAVE_WAIT_S, ChunkStore
+from reame.worker.chunked_prefill import ChunkReuse
 from reame.worker.grammar import GrammarError, compile_grammar
 from reame.worker.kv import KvCache, prefill_chunks
 from reame.worker.logprobs import Recorder
 from reame.worker.model import DecodeError, Model
 from reame.worker.output import Output
 from reame.worker.prefix_cache import PrefixCache
-from reame.worker.prompt_tokens import PromptTokenizer
+from reame.worker.request_prompt import Prompt, PromptReader, RequestFailed
 from reame.worker.sampler import Sampler, SamplingError
 from reame.worker.speculative.chooser import TargetChooser
 from reame.worker.speculative.loop import Tally, generate
@@ -49,10 +51,6 @@ _S = TypeVar("_S", Sampler, TargetChooser)
 
 # A background warm's prefill batch, the most a user request pre-empting it waits for (BENCHMARKS.md, issue #16).
 BACKGROUND_BATCH: Final = 128
-NO_TEMPLATE: Final = (
-    "this model has no chat template (tokenizer.chat_template in its GGUF file); "
-    "use the completions endpoint with a raw prompt"
-)
 
 
 class Reused(NamedTuple):
@@ -60,27 +58,7 @@ class Reused(NamedTuple):
 
     cached: int
     restored: int
-
-
-class RequestFailed(Exception):
-    """End the current request with an Error message."""
-
-    def __init__(self, code: ErrorCode, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.param = param
-
-
-def load_template(model: Model) -> tuple[ChatTemplate | None, str]:
-    """Compile the model's chat template; on failure return None and the reason."""
-    source = model.chat_template()
-    if source is None:
-        return None, NO_TEMPLATE
-    try:
-        return ChatTemplate(source, model.token_text(model.bos), model.token_text(model.eos)), ""
-    except ChatTemplateError as err:
-        return None, str(err)
+    chunks: ChunkReuse | None = None  # in chunk mode, how the chunks were had
 
 
 class Engine:
@@ -94,17 +72,16 @@ class Engine:
         cache: PrefixCache | None = None,
         speculation: Speculation | None = None,
         special_in_prompt: bool = True,
+        chunk_store: ChunkStore | None = None,
     ) -> None:
         self.model = model
-        self.tokens = PromptTokenizer(model, special_in_prompt)
+        self.prompts = PromptReader(model, special_in_prompt)
         self.kv = KvCache(model)
         self.cache = cache
         self.speculation = speculation
+        self.chunk_store = chunk_store
         self._shutting_down = shutting_down
         self._clock = clock  # wall clock, for Generate.deadline
-        self._template, self._template_problem = load_template(model)
-        if self._template is None:
-            log.warning("chat requests will fail: %s", self._template_problem)
 
     def warm_up(self) -> None:
         """Evaluate one token and forget it.
@@ -142,37 +119,50 @@ class Engine:
             if prompt is not None:
                 self._save(request, prompt)
 
-    def _save(self, request: Generate, prompt: list[int]) -> None:
-        """Store the prompt's state if worth it; the reply is already out, so never fail."""
+    def _save(self, request: Generate, prompt: Prompt) -> None:
+        """Store the prompt's state (or its fresh chunks) if worth it; the reply is already out, so never fail."""
+        if prompt.chunks is not None:
+            self._save_chunks(request, prompt.chunks)
+            return
         if self.cache is None or not request.cache:
             return
         try:
-            self.cache.save(self.kv, prompt, warm=False)
+            self.cache.save(self.kv, prompt.tokens, warm=False)
         except Exception:
             log.exception("request %s: saving the prompt's state failed; KV cache cleared", request.request_id)
             self.kv.reset()
 
+    def _save_chunks(self, request: Generate, chunks: ChunkReuse) -> bool:
+        """Store the chunks a prefill read alone; True if every one was queued."""
+        if self.chunk_store is None:
+            return False
+        return all([self.chunk_store.save(request.cache_scope, tokens, state, SAVE_WAIT_S)
+                    for tokens, state in chunks.fresh])
+
     # -- one request --------------------------------------------------------------
 
-    def _generate(self, request: Generate, send: Send, cancel: threading.Event) -> tuple[Done, list[int]]:
+    def _generate(self, request: Generate, send: Send, cancel: threading.Event) -> tuple[Done, Prompt]:
         started = time.perf_counter()
         rid = request.request_id
         mode = self._mode(request)
-        prompt, what, stops = self._prompt(request, cancel)
-        budget = self._budget(len(prompt), request.sampling.max_tokens, what)
+        read = self.prompts.read(request, functools.partial(self._check, request, cancel))
+        prompt, stops = read.tokens, read.stops
+        budget = request_prompt.budget(self.model.n_ctx, len(prompt), request.sampling.max_tokens, read.what)
         recorder = None if request.logprobs is None else Recorder(request.logprobs, self.model.piece)
         out = Output(
             rid, budget, TextStream(stops), self.model.piece, self.model.is_eog, send,
             None if recorder is None else recorder.last,
         )
         if mode == SpeculativeMode.OFF or self.speculation is None:
-            reused, prefilled = self._plain(request, prompt, out, cancel, recorder)
+            reused, prefilled = self._plain(request, read, out, cancel, recorder)
             tally = Tally()
         else:
             reused, prefilled, tally = self._speculative(
-                self.speculation, mode, request, prompt, out, cancel, recorder
+                self.speculation, mode, request, read, out, cancel, recorder
             )
         finished = time.perf_counter()
+        chunks = reused.chunks or ChunkReuse(0, 0)
+        read = read._replace(chunks=reused.chunks)
         done = Done(
             request_id=rid,
             finish_reason=out.finish,
@@ -184,11 +174,15 @@ class Engine:
             generation_ms=(finished - prefilled) * 1000.0,
             draft_tokens=tally.drafted,
             accepted_draft_tokens=tally.accepted,
+            chunks_in_memory=chunks.in_memory,
+            chunks_from_store=chunks.from_store,
+            chunks_read=chunks.read,
+            link_tokens=chunks.link_tokens,
         )
-        return done, prompt
+        return done, read
 
     def _plain(
-        self, request: Generate, prompt: list[int], out: Output, cancel: threading.Event,
+        self, request: Generate, prompt: Prompt, out: Output, cancel: threading.Event,
         recorder: Recorder | None = None,
     ) -> tuple[Reused, float]:
         """Prefill, then sample and evaluate one token at a time; return what was reused, and the prefill end."""
@@ -197,7 +191,7 @@ class Engine:
         sampler = self._sampler(Sampler, request)
         try:
             reused = self._prefill(prompt, request, cancel)
-            sampler.feed_prompt(prompt)
+            sampler.feed_prompt(prompt.tokens)
             prefilled = time.perf_counter()
             while not out.ended:
                 token = sampler.sample(self.model.ctx)
@@ -210,7 +204,7 @@ class Engine:
         return reused, prefilled
 
     def _constrained(
-        self, request: Generate, prompt: list[int], out: Output, cancel: threading.Event,
+        self, request: Generate, prompt: Prompt, out: Output, cancel: threading.Event,
         recorder: Recorder | None,
     ) -> tuple[Reused, float]:
         """Decode one token at a time from the logits rows: under a grammar, or recording logprobs."""
@@ -218,7 +212,7 @@ class Engine:
         chooser = target if recorder is None else recorder.wrap(target)
         try:
             reused = self._prefill(prompt, request, cancel)
-            target.feed_prompt(prompt)
+            target.feed_prompt(prompt.tokens)
             prefilled = time.perf_counter()
             while not out.ended:
                 token = chooser.choose(self.kv.logits(-1))
@@ -231,7 +225,7 @@ class Engine:
         return reused, prefilled
 
     def _speculative(
-        self, speculation: Speculation, mode: SpeculativeMode, request: Generate, prompt: list[int], out: Output,
+        self, speculation: Speculation, mode: SpeculativeMode, request: Generate, prompt: Prompt, out: Output,
         cancel: threading.Event, recorder: Recorder | None = None,
     ) -> tuple[Reused, float, Tally]:
         """Prefill, then decode with drafts (worker.speculative.loop); return what was reused, prefill end, tally."""
@@ -239,9 +233,9 @@ class Engine:
         check = functools.partial(self._check, request, cancel)
         try:
             reused = self._prefill(prompt, request, cancel)
-            chooser.feed_prompt(prompt)
+            chooser.feed_prompt(prompt.tokens)
             drafter = speculation.drafter(mode, self.model.n_batch, request.cache_scope)
-            drafter.begin(prompt, check)
+            drafter.begin(prompt.tokens, check)
             prefilled = time.perf_counter()
             controller = speculation.controller(mode)
             choosing = chooser if recorder is None else recorder.wrap(chooser)
@@ -289,17 +283,21 @@ class Engine:
         waits for the store's answer.
         """
         started = time.perf_counter()
-        prompt, what, _ = self._prompt(request, cancel)
-        self._budget(len(prompt), None, what)
+        read = self.prompts.read(request, functools.partial(self._check, request, cancel))
+        prompt = read.tokens
+        request_prompt.budget(self.model.n_ctx, len(prompt), None, read.what)
+        prefix_mode = self.cache is not None and request.cache and not read.spans
         try:
-            reused = self._prefill(prompt, request, cancel, BACKGROUND_BATCH if request.background else 0)
+            reused = self._prefill(read, request, cancel, BACKGROUND_BATCH if request.background else 0)
         except RequestFailed as err:
-            if request.background and err.code == ErrorCode.CANCELLED and self.cache is not None and request.cache:
+            if request.background and err.code == ErrorCode.CANCELLED and self.cache is not None and prefix_mode:
                 self.cache.save(self.kv, self.kv.tokens, warm=True, wait=False)  # however little it read
             raise
         saved = False
-        if self.cache is not None and request.cache:
+        if self.cache is not None and prefix_mode:
             saved = self.cache.save(self.kv, prompt, warm=True, wait=not request.background)
+        elif read.spans and reused.chunks is not None and request.cache:
+            saved = self._save_chunks(request, reused.chunks)
         return Done(
             request_id=request.request_id,
             finish_reason=FinishReason.STOP,
@@ -311,78 +309,27 @@ class Engine:
             cache_saved=saved,
         )
 
-    def _prompt(self, request: Generate, cancel: threading.Event) -> tuple[list[int], str, list[str]]:
-        """Return the prompt tokens, the parameter they came from, and the stop strings.
-
-        Clients' text never becomes special tokens in a chat (worker.prompt_tokens);
-        tokenizing checks for cancel and the deadline between chunks.
-        """
-        check = functools.partial(self._check, request, cancel)
-        stops = list(request.sampling.stop)
-        if (request.prompt is None) == (request.messages is None):
-            raise RequestFailed(ErrorCode.INVALID_REQUEST, "exactly one of prompt and messages must be given")
-        tokens: list[int] = []
-        what = "prompt"
-        if request.messages is not None:
-            if self._template is None:
-                raise RequestFailed(ErrorCode.INVALID_REQUEST, self._template_problem, "messages")
-            if not request.messages:
-                raise RequestFailed(ErrorCode.INVALID_REQUEST, "messages must not be empty", "messages")
-            try:
-                segments = self._template.render_segments(request.messages, request.tools)
-            except ChatTemplateError as err:
-                raise RequestFailed(ErrorCode.INVALID_REQUEST, str(err), "messages") from err
-            # The template writes its own special tokens (BOS included, if it wants one),
-            # as llama-cpp-python's chat handler assumes.
-            tokens = self.tokens.chat(segments, check)
-            if self._template.eos_token:
-                # Like llama-cpp-python: the EOS text also ends a chat answer when the
-                # model spells it out as ordinary tokens.
-                stops.append(self._template.eos_token)
-            what = "messages"
-        elif request.prompt is not None:
-            tokens = self.tokens.prompt(request.prompt, check)
-        if not tokens:
-            if self.model.bos < 0:
-                raise RequestFailed(ErrorCode.INVALID_REQUEST, f"the {what} is empty", what)
-            tokens = [self.model.bos]  # something to compute the first logits from
-        return tokens, what, stops
-
-    def _budget(self, n_prompt: int, max_tokens: int | None, what: str) -> int:
-        """Return how many tokens may be generated; refuse what cannot fit the context."""
-        n_ctx = self.model.n_ctx
-        if n_prompt >= n_ctx:
-            raise RequestFailed(
-                ErrorCode.CONTEXT_LENGTH_EXCEEDED,
-                f"This model's maximum context length is {n_ctx} tokens, but the {what} "
-                f"has {n_prompt} tokens, which leaves no room for the completion. "
-                f"Please reduce the length of the {what}.",
-                what,
-            )
-        if max_tokens is None:
-            return n_ctx - n_prompt
-        if n_prompt + max_tokens > n_ctx:
-            raise RequestFailed(
-                ErrorCode.CONTEXT_LENGTH_EXCEEDED,
-                f"This model's maximum context length is {n_ctx} tokens, but the request needs "
-                f"{n_prompt + max_tokens} tokens ({n_prompt} in the {what}, {max_tokens} for the "
-                f"completion). Please reduce the length of the {what} or max_tokens.",
-                what,
-            )
-        return max(max_tokens, 0)
-
-    def _prefill(self, prompt: list[int], request: Generate, cancel: threading.Event, n_batch: int = 0) -> Reused:
-        """Bring the KV cache to ``prompt`` in batches of ``n_batch`` (0: the model's); return what was reused.
+    def _prefill(self, read: Prompt, request: Generate, cancel: threading.Event, n_batch: int = 0) -> Reused:
+        """Bring the KV cache to the prompt in batches of ``n_batch`` (0: the model's); return what was reused.
 
         Only what was read under the request's cache scope is reused, in memory or from the store.
         """
+        prompt = read.tokens
+        n_batch = min(n_batch or self.model.n_batch, self.model.n_batch)
+        if read.spans:
+            store = self.chunk_store if request.cache else None
+            check = functools.partial(self._check, request, cancel)
+            chunks = chunked_prefill.prefill(
+                self.kv, store, prompt, read.spans, request.cache_scope, n_batch, check
+            )
+            return Reused(chunks.cached, chunks.restored, chunks)
         cached = in_memory = self.kv.keep_prefix_of(prompt, request.cache_scope)
         stored = 0
         if self.cache is not None and request.cache:
             self._check(request, cancel)
             restored = self.cache.restore(self.kv, prompt, cached)
             cached, stored = restored.cached, restored.stored
-        for start, end in prefill_chunks(cached, len(prompt), min(n_batch or self.model.n_batch, self.model.n_batch)):
+        for start, end in prefill_chunks(cached, len(prompt), n_batch):
             self._check(request, cancel)
             self.kv.append(prompt[start:end], logits_last=end == len(prompt))
         self.kv.mark_stored(stored)

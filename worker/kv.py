@@ -12,7 +12,7 @@ a request of another scope (another API key) has read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import numpy as np
@@ -69,6 +69,9 @@ class KvCache:
         self._tokens: list[int] = []
         self._stored = 0  # leading tokens known to be in the persistent store
         self._scope = ""  # the cache scope the tokens were read under
+        # Chunks placed whole (worker.chunk_plan): their positions [start, end) in the tokens.
+        self._spans: list[tuple[int, int]] = []
+        self._shift_pending = False  # a placed chunk's keys are rotated by the next decode
 
     def __len__(self) -> int:
         return len(self._tokens)
@@ -91,6 +94,11 @@ class KvCache:
         self._stored = min(self._stored, length)
 
     @property
+    def spans(self) -> tuple[tuple[int, int], ...]:
+        """Return the positions [start, end) of the chunks placed whole (worker.chunk_plan)."""
+        return tuple(self._spans)
+
+    @property
     def scope(self) -> str:
         return self._scope
 
@@ -104,7 +112,14 @@ class KvCache:
         """Drop everything but the reusable prefix of ``prompt``, read under ``scope``; return its length."""
         self.enter_scope(scope)
         keep = reusable(self._tokens, prompt)
+        if self._spans:  # positions past a placed chunk hold what no full read gives
+            keep = min(keep, self._spans[0][0])
         return keep if self.truncate(keep) else 0
+
+    def keep(self, length: int, scope: str) -> int:
+        """Keep the first ``length`` tokens, read under ``scope``; return how many were kept."""
+        self.enter_scope(scope)
+        return length if self.truncate(length) else 0
 
     def truncate(self, length: int) -> bool:
         """Keep only the first ``length`` tokens; False if the cache had to be emptied instead."""
@@ -116,6 +131,7 @@ class KvCache:
             return False
         del self._tokens[length:]
         self._stored = min(self._stored, length)
+        self._spans = [span for span in self._spans if span[1] <= length]
         return True
 
     def restore(self, state: bytes | bytearray, tokens: Sequence[int]) -> bool:
@@ -138,6 +154,59 @@ class KvCache:
         self._stored = len(tokens)
         return True
 
+    # -- chunks (worker.chunk_plan) ------------------------------------------------------
+
+    def read_alone(
+        self, chunks: Sequence[Sequence[int]], link: int, n_batch: int, check: Callable[[], None]
+    ) -> list[bytearray]:
+        """Read each chunk as if the context began with it; return the states of their positions from ``link`` on.
+
+        The cache is emptied to do so (a chunk read beside other cells comes out
+        different in the last bits) and what it held is put back after, cell for cell.
+        On failure the cache is emptied.
+        """
+        if not chunks:
+            return []
+        try:
+            if self._shift_pending:
+                # A saved state holds keys as they are, not as a pending shift would leave them:
+                # decoding anything applies the shift first.
+                self._model.decode([self._tokens[-1]], len(self._tokens), logits_last=False)
+                self._model.drop(len(self._tokens), -1)
+                self._shift_pending = False
+            held = self._model.save_state() if self._tokens else None
+            states = []
+            for chunk in chunks:
+                self._model.clear()
+                for start, end in prefill_chunks(0, len(chunk), n_batch):
+                    check()
+                    self._model.decode(chunk[start:end], start, logits_last=False)
+                if not self._model.drop(0, link):
+                    raise DecodeError("the KV cache cannot drop a chunk's first positions")
+                states.append(self._model.save_state())
+            self._model.clear()
+            if held is not None and not self._model.restore_state(held):
+                raise DecodeError("the KV cache refused its own saved state")
+        except BaseException:
+            self.reset()
+            raise
+        return states
+
+    def place(self, state: bytes | bytearray, chunk: Sequence[int], link: int) -> bool:
+        """Append ``chunk``: its first ``link`` tokens read here, the rest from ``state`` (see :meth:`read_alone`).
+
+        False if llama.cpp refused the state (nothing appended then); decode failures raise.
+        """
+        at = len(self._tokens)
+        self.append(chunk[:link], logits_last=False)
+        if not self._model.place(state, at) or self._model.positions() != at + len(chunk):
+            self.truncate(at)
+            return False
+        self._tokens.extend(chunk[link:])
+        self._spans.append((at, at + len(chunk)))
+        self._shift_pending = True  # applied by the next decode
+        return True
+
     def save_state(self) -> bytearray:
         """Copy the KV state of every token in :attr:`tokens`."""
         return self._model.save_state()
@@ -153,6 +222,7 @@ class KvCache:
             self.reset()
             raise
         self._tokens.extend(tokens)
+        self._shift_pending = False
 
     def evaluate(self, tokens: Sequence[int]) -> None:
         """Evaluate ``tokens`` after the cached ones with logits at every position (see :meth:`logits`).
@@ -165,6 +235,7 @@ class KvCache:
             self.reset()
             raise
         self._tokens.extend(tokens)
+        self._shift_pending = False
 
     def logits(self, index: int) -> npt.NDArray[np.float32]:
         """Return the logits after the ``index``-th token of the last evaluation (-1: its last)."""
@@ -175,3 +246,5 @@ class KvCache:
         self._model.clear()
         self._tokens.clear()
         self._stored = 0
+        self._spans.clear()
+        self._shift_pending = False

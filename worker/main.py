@@ -23,6 +23,8 @@ from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
 from reame.shared.model_file import ModelFileError, model_alias, model_path
 from reame.shared.protocol import Error, ErrorCode, Ready
 from reame.worker.cache_client import CacheClient
+from reame.worker.chunk_plan import LINK_TOKENS
+from reame.worker.chunk_store import ChunkStore
 from reame.worker.engine import Engine
 from reame.worker.fingerprint import model_fingerprint, short
 from reame.worker.link import Link
@@ -159,6 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if config.cache.enabled:
             cache, engine.cache = open_cache(config, context, model, fingerprint, keys)
+            engine.chunk_store = ChunkStore(
+                cache, fingerprint, model.kv_type, model.n_ctx, config.cache.block_tokens, LINK_TOKENS
+            )
         link.start()
         log.info(
             "worker %s serving for %s; persistent KV cache %s", hello.worker_id, config.backend_address,

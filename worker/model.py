@@ -25,7 +25,10 @@ from reame.worker.memory import check_locked, locked_bytes, model_params
 
 log = logging.getLogger(__name__)
 
-SEQ_ID: Final = 0  # one sequence per worker: requests are served one at a time
+SEQ_ID: Final = 0  # the request's sequence: requests are served one at a time
+# A second sequence, empty between operations: a stored chunk is read into it, moved to
+# its position, then handed to SEQ_ID (llama_state_seq_set_data replaces a sequence whole).
+SPARE_SEQ: Final = 1
 # memory.kv_type -> the ggml type of both K and V cache tensors.
 KV_TYPES: Final = {
     "f16": llama_cpp.GGML_TYPE_F16,
@@ -134,7 +137,10 @@ class Model:
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = n_batch
-        params.n_seq_max = 1
+        # One stream of cells for both sequences: the spare's cells become the request's
+        # without a copy, and SEQ_ID may use the whole context.
+        params.n_seq_max = 2
+        params.kv_unified = True
         params.n_threads = threads
         params.n_threads_batch = threads
         self._threads = self._threads_wanted = threads
@@ -310,24 +316,24 @@ class Model:
 
     # -- sequence state (the persistent KV cache) -------------------------------------
 
-    def state_size(self) -> int:
+    def state_size(self, seq: int = SEQ_ID) -> int:
         """Return the bytes :meth:`save_state` would return now."""
-        return int(llama_cpp.llama_state_seq_get_size(self._ctx, SEQ_ID))
+        return int(llama_cpp.llama_state_seq_get_size(self._ctx, seq))
 
-    def save_state(self) -> bytearray:
-        """Copy the KV state of the sequence (the cells of every position it holds)."""
-        size = self.state_size()
+    def save_state(self, seq: int = SEQ_ID) -> bytearray:
+        """Copy the KV state of a sequence (the cells of every position it holds)."""
+        size = self.state_size(seq)
         # Filled in place through a ctypes view, so the state is copied out once.
         state = bytearray(size)
         view = (ctypes.c_uint8 * size).from_buffer(state)
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, view, size, SEQ_ID)
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, view, size, seq)
         del view  # a live export would pin the bytearray's size
         if written != size:
             raise ModelError(f"llama_state_seq_get_data wrote {written} of {size} bytes")
         return state
 
-    def restore_state(self, state: bytes | bytearray) -> bool:
-        """Replace the sequence's KV cells with a saved state; False if llama.cpp refused it.
+    def restore_state(self, state: bytes | bytearray, seq: int = SEQ_ID) -> bool:
+        """Replace a sequence's KV cells with a saved state; False if llama.cpp refused it.
 
         After a failure the cache may hold part of the state: the caller must clear it.
         """
@@ -339,9 +345,36 @@ class Model:
         else:
             # bytes are immutable, so no writable buffer: point at them without a copy.
             source = ctypes.cast(ctypes.c_char_p(state), ctypes.POINTER(ctypes.c_uint8))
-        read = llama_cpp.llama_state_seq_set_data(self._ctx, source, size, SEQ_ID)
+        read = llama_cpp.llama_state_seq_set_data(self._ctx, source, size, seq)
         del source
         return bool(read == size)
+
+    # -- moving cells (chunks placed at another position) --------------------------------
+
+    @property
+    def can_shift(self) -> bool:
+        """Tell whether cached positions can be moved (not for recurrent or SWA-only memories)."""
+        return bool(llama_cpp.llama_memory_can_shift(self._memory))
+
+    def drop(self, start: int, end: int) -> bool:
+        """Drop the request's positions [start, end); False if the cache cannot do that."""
+        return bool(llama_cpp.llama_memory_seq_rm(self._memory, SEQ_ID, start, end))
+
+    def place(self, state: bytes | bytearray, delta: int) -> bool:
+        """Add a saved sequence state to the request's cells, its positions moved by ``delta``.
+
+        The state is read into the spare sequence (reading replaces a sequence whole),
+        moved there, and its cells handed over; RoPE is re-applied to the moved keys at
+        the next decode. False if llama.cpp refused the state; the spare is empty after.
+        """
+        try:
+            if not self.restore_state(state, SPARE_SEQ):
+                return False
+            llama_cpp.llama_memory_seq_add(self._memory, SPARE_SEQ, 0, -1, delta)
+            llama_cpp.llama_memory_seq_cp(self._memory, SPARE_SEQ, SEQ_ID, -1, -1)
+            return True
+        finally:
+            llama_cpp.llama_memory_seq_rm(self._memory, SPARE_SEQ, -1, -1)
 
     def close(self) -> None:
         """Free the batch, the context and the model (idempotent)."""

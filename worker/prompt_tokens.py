@@ -21,8 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from reame.shared.chunking import pieces
 from reame.shared.token_text import SpecialSplitter, chunks
 from reame.worker.chat_template import Segments
+from reame.worker.chunk_plan import MIN_CHUNK_TOKENS, Span, chunk_spans
 
 
 class Vocabulary(Protocol):
@@ -55,6 +57,40 @@ class PromptTokenizer:
         for text, from_client in segments:
             parts.extend([text] if from_client else self._splitter.split(text))
         return self._tokens(parts, check)
+
+    def chat_chunks(
+        self, segments: Segments, keep_whole: frozenset[str], check: Callable[[], None]
+    ) -> tuple[list[int], tuple[Span, ...]]:
+        """Return the tokens of a rendered chat read in chunks (worker.chunk_plan), and the chunks' spans.
+
+        Each client text but those in ``keep_whole`` (the model's own replies) is cut into
+        pieces (shared.chunking); a piece of MIN_CHUNK_TOKENS or more is tokenized on its
+        own, so its tokens do not depend on its neighbours. No chunk: no spans, and the
+        tokens are :meth:`chat`'s.
+        """
+        runs: list[tuple[list[int], bool]] = []
+        parts: list[str | int] = []
+        for text, from_client in segments:
+            if not from_client:
+                parts.extend(self._splitter.split(text))
+                continue
+            if text in keep_whole:
+                parts.append(text)
+                continue
+            for piece in pieces(text):
+                tokens = self._plain(piece, check)
+                if len(tokens) < MIN_CHUNK_TOKENS:
+                    parts.append(piece)
+                    continue
+                if parts:
+                    runs.append((self._tokens(parts, check), False))
+                    parts = []
+                runs.append((tokens, True))
+        runs.append((self._tokens(parts, check), False))
+        spans = chunk_spans([(len(tokens), candidate) for tokens, candidate in runs])
+        if not spans:
+            return self.chat(segments, check), ()
+        return [token for tokens, _ in runs for token in tokens], spans
 
     def prompt(self, text: str, check: Callable[[], None]) -> list[int]:
         """Return the tokens of a raw prompt, with the vocabulary's BOS/EOS."""

@@ -138,6 +138,7 @@ class Generate(Struct, frozen=True):
     logprobs: int | None = None  # None: no logprobs; k: each token's and the k most likely tokens'
     background: bool = False
     tools: list[ToolFunction] | None = None  # offered through the chat template (it lists them itself)
+    chunks: bool = False  # a chat's documents read in chunks reused wherever they sit (cache.chunks)
 
 
 class TokenLogprob(Struct, frozen=True):
@@ -176,6 +177,12 @@ class Done(Struct, frozen=True):
     accepted_draft_tokens: int = 0  # ...and accepted by the target model
     queue_ms: float = 0.0  # set by the dispatcher: time from its arrival to its (last) worker
     answer_cache: str = ""  # set by the gateway (gateway.answers): "hit", "miss", or "" when not eligible
+    # Chunk mode (Generate.chunks): chunks held in memory, placed from the store, read alone
+    # (and stored), and the tokens read in context at their starts.
+    chunks_in_memory: int = 0
+    chunks_from_store: int = 0
+    chunks_read: int = 0
+    link_tokens: int = 0
 
 
 class Error(Struct, frozen=True):

@@ -17,9 +17,10 @@ from reame.shared.config import load
 from reame.shared.model_file import ModelFileError, model_path
 from reame.shared.protocol import ChatMessage, Done, Error, ErrorCode, Generate, Message, SamplingParams
 from reame.shared.token_text import chunks
-from reame.worker.engine import Engine, load_template
+from reame.worker.engine import Engine
 from reame.worker.model import Model
 from reame.worker.prompt_tokens import PromptTokenizer
+from reame.worker.request_prompt import load_template
 
 pytestmark = pytest.mark.integration
 

@@ -133,12 +133,9 @@ def assert_near_tie(engine: Engine, request: str | list[ChatMessage], plain: lis
 
 def plain_logits(engine: Engine, request: str | list[ChatMessage], count: int) -> list[npt.NDArray[np.float32]]:
     """Decode greedily one token at a time, as the plain path does; return the logits at each step."""
-    if isinstance(request, str):
-        prompt = engine.tokens.prompt(request, lambda: None)
-    else:
-        template = engine._template
-        assert template is not None
-        prompt = engine.tokens.chat(template.render_segments(request), lambda: None)
+    text, chat = (request, None) if isinstance(request, str) else (None, request)
+    generate = Generate("p", SamplingParams(), 1e12, prompt=text, messages=chat)
+    prompt = engine.prompts.read(generate, lambda: None).tokens
     kv = engine.kv
     kv.reset()
     kv.append(prompt, logits_last=True)

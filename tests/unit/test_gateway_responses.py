@@ -140,3 +140,10 @@ def test_protocol_error_mapping(code: ErrorCode, status: int, retry: bool) -> No
 def test_context_length_error_keeps_openais_code() -> None:
     err = errors.from_protocol(Error("r", ErrorCode.CONTEXT_LENGTH_EXCEEDED, "too long"))
     assert err.code == "context_length_exceeded" and err.type == "invalid_request_error"
+
+def test_usage_counts_the_chunks_of_a_chunked_prompt_and_sums_them() -> None:
+    done = Done("r", FinishReason.STOP, prompt_tokens=900, completion_tokens=3, cached_tokens=700,
+                chunks_in_memory=1, chunks_from_store=5, chunks_read=2, link_tokens=112)
+    total = (Usage.from_done(done) + Usage.from_done(done)).to_dict()["reame"]
+    assert total["chunks"] == {"in_memory": 2, "from_store": 10, "read": 4, "link_tokens": 224}
+    assert "chunks" not in Usage.from_done(Done("r", FinishReason.STOP, 9, 1)).to_dict()["reame"]

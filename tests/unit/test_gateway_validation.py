@@ -139,6 +139,7 @@ BAD_COMPLETION: list[tuple[Any, str | None, str]] = [
     (completion(max_tokens=-1), "max_tokens", "invalid_value"),
     (completion(temperature=[1]), "temperature", "invalid_type"),
     (completion(reame={"cache": "yes"}), "reame.cache", "invalid_type"),
+    (completion(reame={"chunks": "on"}), "reame.chunks", "invalid_type"),
     (completion(reame={"turbo": True}), "reame.turbo", "unknown_parameter"),
 ]
 

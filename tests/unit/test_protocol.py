@@ -135,7 +135,7 @@ def test_the_bytes_are_the_plain_msgpack_of_the_fields() -> None:
     }
     body = {"request_id": "r1", "sampling": sampling, "deadline": 1.5, "prompt": "hi", "messages": None,
             "cache": True, "warm": False, "speculative": "lookup", "cache_scope": "", "grammar": None,
-            "logprobs": None, "background": False, "tools": None}
+            "logprobs": None, "background": False, "tools": None, "chunks": False}
     assert p.encode(message) == _payload(p.PROTOCOL_VERSION, int(p.Kind.GENERATE), body)
 
 

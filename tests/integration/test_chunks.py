@@ -1,0 +1,172 @@
+"""Chunk mode (cache.chunks) on the real model, through the real gateway, dispatcher, workers and cachekeeper.
+
+Documents sent in another order and company are placed from the store, by any
+worker, after a restart; the greedy text is the same whether the chunks were read
+or placed; a model whose cache cannot move positions reads prompts as before.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reame.shared.config import load
+from reame.shared.model_file import ModelFileError, model_path
+from reame.shared.protocol import ChatMessage, Done, Generate, Message, SamplingParams
+from reame.worker.engine import Engine
+from reame.worker.model import Model
+from tests.harness import Server, start_server, wait_for_entries
+
+pytestmark = pytest.mark.integration
+
+SYSTEM = "Answer from the documents only."
+PLACES = ("harbour", "orchard", "foundry")
+TRADES = ("ferries", "cider", "castings")
+
+
+def document(name: str, trade: str) -> str:
+    """A document of four paragraphs, each long enough to end a chunk (shared.chunking.LONG_PARAGRAPH)."""
+    paragraphs = []
+    for n in range(4):
+        sentences = [
+            f"The {name} company section {n + 1} describes how the {trade} business is run from day to day.",
+            f"Every order for {trade} placed before noon on a weekday is confirmed by the {name} office within "
+            f"{n + 2} hours, and the confirmation names the person who will handle it.",
+            f"Prices for {trade} in section {n + 1} are reviewed each quarter and published on the {name} notice "
+            f"board at least {n + 10} days before they apply to any new order.",
+            f"Complaints about {trade} go to the {name} manager, who answers in writing within {n + 5} working days.",
+        ]
+        paragraphs.append(" ".join(sentences))
+    return "\n\n".join(paragraphs)
+
+
+DOCS = {place: document(place, trade) for place, trade in zip(PLACES, TRADES, strict=True)}
+
+
+def messages(order: tuple[str, ...], question: str) -> list[dict[str, str]]:
+    context = "\n\n".join(DOCS[name] for name in order)
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"{context}\n\n{question}"}]
+
+
+def ask(server: Server, order: tuple[str, ...], question: str, **reame: Any) -> dict[str, Any]:
+    body = {"model": "m", "messages": messages(order, question), "temperature": 0, "max_tokens": 12,
+            "reame": reame}
+    status, _, reply = server.post_json("/v1/chat/completions", body)
+    assert status == 200, reply
+    return reply
+
+
+def chunks(reply: dict[str, Any]) -> dict[str, int]:
+    counts: dict[str, int] = reply["usage"]["reame"]["chunks"]
+    return counts
+
+
+def text(reply: dict[str, Any]) -> str:
+    content: str = reply["choices"][0]["message"]["content"]
+    return content
+
+
+def readers(server: Server) -> dict[int, list[tuple[int, int]]]:
+    """Return, per worker pid, the (from the store, read alone) counts of its chunked prefills."""
+    found: dict[int, list[tuple[int, int]]] = {}
+    pattern = r"\[worker (\d+)\] .*chunked prefill of \d+ tokens: \d+ chunks in memory, (\d+) from the store, (\d+)"
+    for pid, stored, read in re.findall(pattern, server.log()):
+        found.setdefault(int(pid), []).append((int(stored), int(read)))
+    return found
+
+
+@pytest.fixture(scope="module")
+def chunked(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    server = start_server(tmp_path_factory.mktemp("chunks"), workers=2, cache_chunks="true")
+    yield server
+    assert not server.stop()
+
+
+def test_documents_in_another_order_and_company_are_placed_from_the_store(chunked: Server) -> None:
+    first = ask(chunked, ("harbour", "orchard"), "How soon are cider orders confirmed?")
+    counts = chunks(first)
+    assert counts["read"] == 8 and counts["from_store"] == 0  # four chunks a document
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    wait_for_entries(chunked, 8)
+
+    second = ask(chunked, ("orchard", "harbour"), "Who answers complaints about ferries?")
+    counts = chunks(second)
+    assert counts["read"] == 0 and counts["from_store"] + counts["in_memory"] == 8
+    assert counts["link_tokens"] == 16 * counts["from_store"]
+    usage = second["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] > usage["prompt_tokens"] // 2
+
+    third = ask(chunked, ("foundry", "harbour"), "When are casting prices published?")
+    counts = chunks(third)
+    assert counts["read"] == 4 and counts["from_store"] == 4  # the new document only
+
+
+def test_a_worker_places_chunks_another_worker_read(chunked: Server) -> None:
+    ask(chunked, ("orchard", "foundry"), "What does section 2 of the foundry describe?")
+    wait_for_entries(chunked, 12)
+    # Two requests at once go to both workers; until each has served one, ask again.
+    orders = [("foundry", "orchard"), ("orchard", "harbour")]
+    for attempt in range(6):
+        question = f"Attempt {attempt}: who handles orders?"
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            replies = list(pool.map(lambda order: ask(chunked, order, question), orders))  # noqa: B023
+        assert all(chunks(reply)["read"] == 0 for reply in replies)
+        placing = {pid for pid, counts in readers(chunked).items() if any(stored for stored, _ in counts)}
+        if len(placing) == 2:
+            break
+    else:
+        pytest.fail(f"one worker served every request: {readers(chunked)}")
+    reading = {pid for pid, counts in readers(chunked).items() if any(read for _, read in counts)}
+    assert placing - reading or len(reading) == 2  # some worker placed chunks it never read, or both read some
+
+
+def test_greedy_text_is_the_same_read_or_placed_and_after_a_restart(tmp_path: Path) -> None:
+    question = "How many days before they apply are orchard prices published?"
+    order = ("foundry", "orchard")
+    first = start_server(tmp_path / "a", workers=1, cache_chunks="true")
+    try:
+        cold = ask(first, order, question)
+        assert chunks(cold)["read"] == 8
+        wait_for_entries(first, 8)
+        ask(first, ("harbour",), "Anything?")  # memory now holds other chunks
+        warm = ask(first, order, question)
+        assert chunks(warm)["read"] == 0 and chunks(warm)["from_store"] == 8
+        off = ask(first, order, question, chunks=False)
+        assert "chunks" not in off["usage"]["reame"]
+    finally:
+        assert not first.stop()
+    assert text(warm) == text(cold)
+
+    again = start_server(tmp_path / "b", workers=1, cache_chunks="true", cache_dir=str(first.cache_dir))
+    try:
+        restarted = ask(again, order, question)
+    finally:
+        assert not again.stop()
+    assert chunks(restarted)["from_store"] == 8 and chunks(restarted)["read"] == 0
+    assert text(restarted) == text(cold)
+
+
+def test_a_cache_that_cannot_move_positions_reads_chunked_requests_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        path = model_path(load(None, {}))
+    except ModelFileError as err:
+        pytest.skip(str(err))
+    model = Model(path, 2048, 512, 1)
+    try:
+        monkeypatch.setattr(Model, "can_shift", property(lambda self: False))
+        engine = Engine(model)
+        out: list[Message] = []
+        chat = [ChatMessage(m["role"], m["content"]) for m in messages(("harbour",), "Who answers complaints?")]
+        request = Generate("r", SamplingParams(temperature=0.0, max_tokens=4), 1e12, messages=chat, chunks=True)
+        engine.run(request, out.append, threading.Event())
+    finally:
+        model.close()
+    done = out[-1]
+    assert isinstance(done, Done)
+    assert (done.chunks_read, done.chunks_from_store, done.link_tokens) == (0, 0, 0)
+    assert engine.kv.spans == ()
