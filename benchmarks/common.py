@@ -41,6 +41,7 @@ class Setup:
     n_ctx: int
     tmp: Path
     llama_server: Path | None = None  # llama.cpp's server binary, where one is built (benchmarks.llama_server)
+    limit: int = 0  # at most this many exam questions in rag-exam (0: all)
 
     def overrides(self, **extra: str) -> dict[str, str]:
         """Configuration overrides for a reame server on this run's model (REAME_<SECTION>_<KEY>)."""

@@ -25,6 +25,7 @@ from reame.benchmarks.server import Server, start_server
 MAX_TOKENS = 32
 QUICK_CHARS = 1500
 STORE_WAIT_S = 120.0
+PEER_N_CTX = 8192
 ORDERS = ((0, 1), (1, 2), (2, 0), (0, 2), (1, 0))
 SYSTEM = "Answer the question using only the documents the user gives. Be brief."
 WARM_UP = [{"role": "user", "content": "Say hello."}]
@@ -108,7 +109,8 @@ def wait_stored(cache: Path, count: int) -> None:
 
 def on_llama_server(setup: Setup, requests: list[list[dict[str, str]]], progress: Progress) -> list[Timing]:
     assert setup.llama_server is not None
-    peer = LlamaServer(setup.llama_server, setup.model, setup.threads, setup.n_ctx or 8192,
+    # Its prompts are the documents as sent (reame's are after lossless compression): more room.
+    peer = LlamaServer(setup.llama_server, setup.model, setup.threads, max(setup.n_ctx, PEER_N_CTX),
                        setup.tmp / "rag-llama-server.log")
     peer.start()
     try:

@@ -139,6 +139,12 @@ def render(snap: Snapshot) -> str:
         lines.append(f"  tokens not read again thanks to the cache: {memory + store:.0f} "
                      f"({memory:.0f} from memory, {store:.0f} from the store)")
         lines.append(f"  tokens saved by compression: {saved:.0f}")
+        chunks = {source: m.get(f"reame_chunks_total{{source={source}}}", 0.0)
+                  for source in ("memory", "store", "read")}
+        if any(chunks.values()):
+            links = m.get("reame_chunk_link_tokens_total", 0.0)
+            lines.append(f"  chunks: {chunks['memory']:.0f} in memory, {chunks['store']:.0f} from the store, "
+                         f"{chunks['read']:.0f} read alone; {links:.0f} link tokens read in context")
     return "\n".join(lines) + "\n"
 
 

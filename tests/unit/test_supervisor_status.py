@@ -43,3 +43,11 @@ def test_what_does_not_answer_is_named() -> None:
     assert "dispatcher: not answering" in screen
     assert "cache: not answering" in screen and "gateway: /metrics not answering" in screen
     assert "cache: disabled" in render(Snapshot(STATUS, None, False, METRICS))
+
+
+def test_chunks_are_counted_once_chunk_mode_has_served() -> None:
+    assert "chunks:" not in render(Snapshot(STATUS, REPORT, True, METRICS))
+    chunked = {**METRICS, "reame_chunks_total{source=memory}": 2.0, "reame_chunks_total{source=store}": 30.0,
+               "reame_chunks_total{source=read}": 8.0, "reame_chunk_link_tokens_total": 608.0}
+    screen = render(Snapshot(STATUS, REPORT, True, chunked))
+    assert "chunks: 2 in memory, 30 from the store, 8 read alone; 608 link tokens read in context" in screen
