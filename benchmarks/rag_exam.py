@@ -24,6 +24,7 @@ from reame.benchmarks.server import start_server
 SEED = 28
 SIDES = ("chunks", "whole")
 QUICK_QUESTIONS = 2
+N_CTX = 8192
 
 
 def run(setup: Setup) -> Section:
@@ -49,8 +50,9 @@ def run(setup: Setup) -> Section:
         requests.append(messages([docs[n][:1500] if setup.quick else docs[n] for n in company], q.question))
     progress = Progress(len(SIDES) * len(requests), "rag-exam")
     timings: dict[str, list[Timing]] = {side: [] for side in SIDES}
-    server = start_server(setup.tmp / "rag-exam", 1, **setup.overrides(workers_threads=str(setup.threads),
-                                                                        cache_chunks="true"))
+    overrides = setup.overrides(workers_threads=str(setup.threads), cache_chunks="true",
+                                model_n_ctx=str(max(setup.n_ctx, N_CTX)))  # three whole documents
+    server = start_server(setup.tmp / "rag-exam", 1, **overrides)
     try:
         client = server.client(timeout=1800)
         ask(client, WARM_UP, 1)
