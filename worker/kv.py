@@ -117,8 +117,9 @@ class KvCache:
         return keep if self.truncate(keep) else 0
 
     def keep(self, length: int, scope: str) -> int:
-        """Keep the first ``length`` tokens, read under ``scope``; return how many were kept."""
-        self.enter_scope(scope)
+        """Keep at most the first ``length`` tokens, read under ``scope``; return how many were kept."""
+        self.enter_scope(scope)  # another scope's tokens are dropped: then none are kept
+        length = min(length, len(self._tokens))
         return length if self.truncate(length) else 0
 
     def truncate(self, length: int) -> bool:

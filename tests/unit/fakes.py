@@ -231,3 +231,15 @@ class FakeModel:
 
     def positions(self) -> int:
         return self.held
+
+    def drop(self, start: int, end: int) -> bool:
+        self.calls.append(("drop", start, end))
+        return self.can_truncate
+
+    # A fake chunk state is b"chunk:<n>": a chunk of n tokens read alone (worker.kv.KvCache.place).
+    def place(self, state: bytes | bytearray, delta: int) -> bool:
+        self.calls.append(("place", bytes(state), delta))
+        if not state.startswith(b"chunk:"):
+            return False
+        self.held = delta + int(state[6:])
+        return True

@@ -182,3 +182,33 @@ def test_the_same_cache_scope_reuses_its_prefix() -> None:
     assert kv.keep_prefix_of([*prompt, 7, 8], "key-a") == len(prompt)
     kv.reset()  # an emptied cache stays in its scope
     assert kv.scope == "key-a"
+
+
+def test_a_placed_chunk_is_held_whole_and_only_a_chunked_read_reuses_it() -> None:
+    fake = FakeModel()
+    kv = kv_with(fake)
+    kv.append([1, 2, 3], logits_last=False)
+    chunk = list(range(10, 30))
+    assert kv.place(b"chunk:20", chunk, 4)
+    assert fake.calls[-2:] == [("decode", (10, 11, 12, 13), 3, False), ("place", b"chunk:20", 3)]
+    assert kv.tokens == (1, 2, 3, *chunk) and kv.spans == ((3, 23),)
+    kv.append([7, 8], logits_last=True)
+    # A prompt read whole keeps what precedes the chunk only: the chunk's cells are not a whole read's.
+    assert kv.keep_prefix_of([1, 2, 3, *chunk, 7, 8, 9]) == 3
+    assert kv.spans == ()
+
+
+def test_a_refused_chunk_state_leaves_the_cache_as_it_was() -> None:
+    fake = FakeModel()
+    kv = kv_with(fake)
+    kv.append([1, 2, 3], logits_last=False)
+    assert not kv.place(b"garbage", list(range(10, 30)), 4)
+    assert kv.tokens == (1, 2, 3) and kv.spans == () and fake.held == 3
+
+
+def test_keeping_tokens_of_another_scope_keeps_none() -> None:
+    kv = kv_with(FakeModel())
+    kv.enter_scope("a")
+    kv.append([1, 2, 3], logits_last=False)
+    assert kv.keep(2, "a") == 2
+    assert kv.keep(2, "b") == 0 and kv.tokens == ()
