@@ -93,6 +93,7 @@ def answer_key(identity: bytes, request: Generate) -> str:
         protocol.PROTOCOL_VERSION, identity, request.cache_scope, request.prompt, request.messages, sampling,
         request.grammar, request.logprobs, None if request.speculative is None else request.speculative.value,
         request.tools,  # the template lists them: they are part of the prompt
+        request.chunks,  # a prompt read in chunks is another KV state (worker.chunk_plan)
     )
     return hashlib.blake2b(msgspec.msgpack.encode(fields), digest_size=32, person=_PERSON).hexdigest()
 

@@ -38,6 +38,7 @@ from reame.gateway.sampling_fields import parse_sampling
 from reame.gateway.structured import response_grammar
 from reame.gateway.tool_calls import CallFormat
 from reame.gateway.tools import Tools, flatten_history, history_calls, parse_tools, uses_tools
+from reame.shared.chunking import part_breaks
 from reame.shared.config import SamplingConfig
 from reame.shared.modes import CompressMode, SpeculativeMode, choices
 from reame.shared.protocol import ChatMessage, SamplingParams
@@ -243,12 +244,15 @@ def _message(value: object, where: str) -> ChatMessage:
     if not isinstance(role, str) or role not in ROLES:
         raise invalid(f"{where}.role", "role must be one of " + ", ".join(sorted(ROLES)))
     content = fields.get("content")
+    breaks: tuple[int, ...] = ()
     if content is None:
         if role != "assistant":  # an assistant turn may be empty; every other needs text
             raise invalid(f"{where}.content", "content is required", "missing_required_parameter")
         content = ""
     elif isinstance(content, list):
-        content = "".join(_text_part(part, f"{where}.content[{i}]") for i, part in enumerate(content))
+        parts = [_text_part(part, f"{where}.content[{i}]") for i, part in enumerate(content)]
+        content = "".join(parts)
+        breaks = part_breaks(parts)
     else:
         content = text(content, f"{where}.content")
     name = fields.get("name")
@@ -259,6 +263,7 @@ def _message(value: object, where: str) -> ChatMessage:
     return ChatMessage(
         role="system" if role == "developer" else role, content=content, name=name,
         tool_calls=calls if role == "assistant" else (), tool_call_id=call_id if role == "tool" else None,
+        breaks=breaks,
     )
 
 

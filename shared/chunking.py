@@ -12,7 +12,9 @@ it meets its neighbour; and the pieces of any text join back to it exactly.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Sequence
 from typing import Final
 
 # A paragraph this long (characters, its break excluded) is a piece of its own: about 80
@@ -41,3 +43,20 @@ def pieces(text: str) -> list[str]:
     if start < len(text):
         out.append(text[start:])
     return out
+
+
+def part_breaks(parts: Sequence[str]) -> tuple[int, ...]:
+    """Return where each of ``parts`` after the first begins in their concatenation (empty parts: no break)."""
+    breaks: list[int] = []
+    at = 0
+    for part in parts:
+        if part and at:
+            breaks.append(at)
+        at += len(part)
+    return tuple(breaks)
+
+
+def split_at(text: str, breaks: Sequence[int]) -> list[str]:
+    """Return ``text`` cut at ``breaks`` (offsets, ascending); breaks outside the text are ignored."""
+    cuts = [0, *(b for b in breaks if 0 < b < len(text)), len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(cuts) if b > a]

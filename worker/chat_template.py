@@ -27,6 +27,7 @@ import jinja2.nodes
 import jinja2.parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from reame.shared.chunking import split_at
 from reame.shared.protocol import ChatMessage, ToolFunction
 
 # Private-use characters that mark where a message's text sits in the rendered prompt;
@@ -138,7 +139,9 @@ class ChatTemplate:
 
         payload: list[dict[str, Any]] = []
         for message in messages:
-            item: dict[str, Any] = {"role": message.role, "content": mark(message.content)}
+            # Each text part marked on its own: its text is the same, but it is a segment of its own.
+            content = "".join(mark(part) for part in split_at(message.content, message.breaks)) or message.content
+            item: dict[str, Any] = {"role": message.role, "content": content}
             if message.name is not None:
                 item["name"] = mark(message.name)
             if message.tool_calls:

@@ -59,34 +59,35 @@ class PromptTokenizer:
         return self._tokens(parts, check)
 
     def chat_chunks(
-        self, segments: Segments, keep_whole: frozenset[str], check: Callable[[], None]
+        self, segments: Segments, replies: frozenset[str], parts: frozenset[str], check: Callable[[], None]
     ) -> tuple[list[int], tuple[Span, ...]]:
         """Return the tokens of a rendered chat read in chunks (worker.chunk_plan), and the chunks' spans.
 
-        Each client text but those in ``keep_whole`` (the model's own replies) is cut into
-        pieces (shared.chunking); a piece of MIN_CHUNK_TOKENS or more is tokenized on its
-        own, so its tokens do not depend on its neighbours. No chunk: no spans, and the
-        tokens are :meth:`chat`'s.
+        Each client text is cut into pieces (shared.chunking), but the model's own
+        ``replies``, never chunks, and the text ``parts`` of a content sent in parts, a
+        piece each; a piece of MIN_CHUNK_TOKENS or more is tokenized on its own, so its
+        tokens do not depend on its neighbours. No chunk: no spans, and the tokens are
+        :meth:`chat`'s.
         """
         runs: list[tuple[list[int], bool]] = []
-        parts: list[str | int] = []
+        run: list[str | int] = []
         for text, from_client in segments:
             if not from_client:
-                parts.extend(self._splitter.split(text))
+                run.extend(self._splitter.split(text))
                 continue
-            if text in keep_whole:
-                parts.append(text)
+            if text in replies:
+                run.append(text)
                 continue
-            for piece in pieces(text):
+            for piece in [text] if text in parts else pieces(text):
                 tokens = self._plain(piece, check)
                 if len(tokens) < MIN_CHUNK_TOKENS:
-                    parts.append(piece)
+                    run.append(piece)
                     continue
-                if parts:
-                    runs.append((self._tokens(parts, check), False))
-                    parts = []
+                if run:
+                    runs.append((self._tokens(run, check), False))
+                    run = []
                 runs.append((tokens, True))
-        runs.append((self._tokens(parts, check), False))
+        runs.append((self._tokens(run, check), False))
         spans = chunk_spans([(len(tokens), candidate) for tokens, candidate in runs])
         if not spans:
             return self.chat(segments, check), ()

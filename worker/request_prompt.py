@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
+from reame.shared.chunking import split_at
 from reame.shared.protocol import ErrorCode, Generate
 from reame.worker.chat_template import ChatTemplate, ChatTemplateError
 from reame.worker.chunk_plan import Span
@@ -90,7 +91,10 @@ class PromptReader:
             # as llama-cpp-python's chat handler assumes.
             if request.chunks and self.can_chunk:
                 replies = frozenset(m.content for m in request.messages if m.role == "assistant")
-                tokens, spans = self.tokens.chat_chunks(segments, replies, check)
+                # A content sent in several text parts names its documents' boundaries itself.
+                parts = frozenset(part for m in request.messages if m.breaks and m.role != "assistant"
+                                  for part in split_at(m.content, m.breaks))
+                tokens, spans = self.tokens.chat_chunks(segments, replies, parts, check)
             else:
                 tokens = self.tokens.chat(segments, check)
             if self._template.eos_token:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Final
 
 from reame.gateway.compress import compress, excerpts
+from reame.shared.chunking import part_breaks, split_at
 from reame.shared.modes import CompressMode
 from reame.shared.protocol import ChatMessage
 
@@ -115,10 +116,10 @@ def compress_messages(messages: list[ChatMessage], policy: Policy, *, warm: bool
         if message.role in COMPRESSED_ROLES and policy.long(content):
             last_document = i
             has_question = i == last_user and not warm
-            new, delta = _compress(content, policy, question, has_question)
+            new, breaks, delta = _compress_parts(content, message.breaks, policy, question, has_question)
             sources.append(split_question(content, policy)[0] if has_question else content)
             if new != content:
-                message = dataclasses.replace(message, content=new)
+                message = dataclasses.replace(message, content=new, breaks=breaks)
                 saved += delta
         out.append(message)
     prefix: list[ChatMessage] | None = None
@@ -134,7 +135,9 @@ def compress_messages(messages: list[ChatMessage], policy: Policy, *, warm: bool
                 # turn, so whether the document is read is asked of the messages up to it alone.
                 prefix = out[: last_document + 1]
             else:
-                prefix = out[:last_user] + ([dataclasses.replace(message, content=head)] if head.strip() else [])
+                kept = tuple(b for b in message.breaks if b < len(head))
+                cut = dataclasses.replace(message, content=head, breaks=kept)
+                prefix = out[:last_user] + ([cut] if head.strip() else [])
             # The restated lines cost tokens: what auto saved is what facts saved minus them (never below 0:
             # the counters only grow).
             saved = max(0, saved - policy.count(quoted) - policy.count(EXCERPTS_HEADING) - 1)
@@ -176,6 +179,25 @@ def compress_prompt(prompt: str, policy: Policy, *, warm: bool = False) -> Resul
             new = with_excerpts(new, quoted, question)
             saved = max(0, saved - policy.count(quoted) - policy.count(EXCERPTS_HEADING) - 1)
     return Result(saved_tokens=saved, prompt=new, prefix_prompt=prefix)
+
+
+def _compress_parts(
+    text: str, breaks: tuple[int, ...], policy: Policy, question: str, has_question: bool
+) -> tuple[str, tuple[int, ...], int]:
+    """Compress a content sent in parts part by part, so its part breaks (ChatMessage.breaks) hold after."""
+    if not breaks:
+        new, saved = _compress(text, policy, question, has_question)
+        return new, (), saved
+    parts = split_at(text, breaks)
+    out: list[str] = []
+    saved = 0
+    for n, part in enumerate(parts):
+        last = n == len(parts) - 1
+        if policy.long(part):
+            part, delta = _compress(part, policy, question, has_question and last)
+            saved += delta
+        out.append(part)
+    return "".join(out), part_breaks(out), saved
 
 
 def _compress(text: str, policy: Policy, question: str, has_question: bool) -> tuple[str, int]:

@@ -59,6 +59,9 @@ class ChatMessage:
     # Only when the model's template renders tool calls (gateway.tool_calls); else they are plain text.
     tool_calls: tuple[ToolCall, ...] = ()  # an assistant turn's calls
     tool_call_id: str | None = None  # a tool turn: the call it answers
+    # Where the content's text parts after the first begin (offsets in content, ascending):
+    # a client that sends documents as parts of one message has them cut there in chunk mode.
+    breaks: tuple[int, ...] = ()
 
 
 # The configuration's [sampling] defaults are the only ones: a field left out takes them.

@@ -109,8 +109,9 @@ def test_a_worker_places_chunks_another_worker_read(chunked: Server) -> None:
     ask(chunked, ("quarry",), "Who answers complaints about gravel?")  # a new document, read by one worker
     wait_for_entries(chunked, entries + 4)
     (reader,) = {pid for pid, _, read in prefills(chunked)[seen:] if read}
-    # Two requests at once go to both workers; until the other one has served one, ask again.
-    orders = [("quarry", "harbour"), ("quarry", "orchard")]
+    # Two requests at once go to both workers (the quarry second, so that neither prompt starts
+    # with what the reader holds: the dispatcher would wait for it); until the other has served one.
+    orders = [("harbour", "quarry"), ("orchard", "quarry")]
     for attempt in range(6):
         question = f"Attempt {attempt}: who handles gravel orders?"
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -119,6 +120,25 @@ def test_a_worker_places_chunks_another_worker_read(chunked: Server) -> None:
         if any(pid != reader and stored >= 4 for pid, stored, _ in prefills(chunked)[seen:]):
             return  # the quarry's chunks, read by the reader only, placed from the store by the other worker
     pytest.fail(f"the reader served every request: {prefills(chunked)[seen:]}")
+
+
+def test_documents_sent_as_content_parts_are_a_chunk_each(chunked: Server) -> None:
+    def ask_parts(order: tuple[str, ...], question: str) -> dict[str, Any]:
+        parts = [{"type": "text", "text": DOCS[name] + "\n\n"} for name in order] + [{"type": "text", "text": question}]
+        body = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": parts}],
+                "temperature": 0, "max_tokens": 8}
+        status, _, reply = chunked.post_json("/v1/chat/completions", body)
+        assert status == 200, reply
+        return reply
+
+    entries = cache_stats(chunked)["entries"]
+    first = ask_parts(("harbour", "foundry"), "Who answers complaints about castings?")
+    assert chunks(first)["read"] == 2 and chunks(first)["link_tokens"] == 32  # a chunk a part, not a paragraph
+    wait_for_entries(chunked, entries + 2)
+    second = ask_parts(("foundry", "harbour"), "How soon are ferry orders confirmed?")
+    assert chunks(second)["read"] == 0 and chunks(second)["from_store"] == 2
+    usage = second["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] > 0.8 * usage["prompt_tokens"]
 
 
 def test_greedy_text_is_the_same_read_or_placed_and_after_a_restart(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reame.shared.chunking import LONG_PARAGRAPH, pieces
+from reame.shared.chunking import LONG_PARAGRAPH, part_breaks, pieces, split_at
 from reame.worker.chunk_plan import MIN_CHUNK_TOKENS, Place, Read, Span, chunk_spans, reusable, steps
 from reame.worker.chunk_store import chunk_fingerprint
 
@@ -75,3 +75,12 @@ def test_a_chunk_s_name_depends_on_its_tokens_scope_and_link_only() -> None:
     others = {chunk_fingerprint(model, "", 16, [1, 2, 4]), chunk_fingerprint(model, "k", 16, [1, 2, 3]),
               chunk_fingerprint(model, "", 8, [1, 2, 3]), chunk_fingerprint(b"n" * 16, "", 16, [1, 2, 3]), model}
     assert name not in others and len(others) == 5
+
+
+def test_part_breaks_name_where_each_later_part_begins() -> None:
+    parts = ["first document", "", "second", "?"]
+    breaks = part_breaks(parts)
+    assert breaks == (14, 20)
+    assert split_at("".join(parts), breaks) == ["first document", "second", "?"]
+    assert split_at("abc", ()) == ["abc"] and split_at("", (3,)) == []
+    assert part_breaks(["only"]) == () and part_breaks(["", "x"]) == ()

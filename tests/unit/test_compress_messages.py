@@ -106,3 +106,15 @@ def test_the_same_document_gives_the_same_compressed_prefix_whatever_the_questio
 
     for in_user in (False, True):
         assert sent(first, in_user) == sent(second, in_user)
+
+
+def test_a_content_sent_in_parts_is_compressed_part_by_part_and_keeps_its_breaks() -> None:
+    question = "When is there no delivery?"
+    content = DOCUMENT + DOCUMENT + question
+    sent = ChatMessage("user", content, breaks=(len(DOCUMENT), 2 * len(DOCUMENT)))
+    result = compress_messages([sent], policy())
+    assert result.messages is not None
+    (user,) = result.messages
+    short = "## Prices\n\nEach loaf costs £3.10.\n\nWe do not deliver on Sundays."
+    assert user.content == short + short + question
+    assert user.breaks == (len(short), 2 * len(short))

@@ -196,7 +196,7 @@ def test_full_chat_maps_every_field() -> None:
     request = parse_chat(body, DEFAULTS)
     assert request.messages == [
         ChatMessage("system", "be brief"),
-        ChatMessage("user", "ab", "ann"),
+        ChatMessage("user", "ab", "ann", breaks=(1,)),
         ChatMessage("assistant", ""),
         ChatMessage("tool", "42", tool_call_id="x"),
     ]

@@ -125,3 +125,12 @@ def test_arguments_that_are_not_json_are_passed_as_text() -> None:
     template = ChatTemplate(QWEN, "", "")
     text = template.render([ChatMessage("assistant", "", tool_calls=(ToolCall("f", "not json"),))])
     assert '"arguments": "not json"}' in text
+
+
+def test_each_text_part_of_a_content_is_a_segment_of_its_own_in_the_same_text() -> None:
+    template = ChatTemplate(CHATML, "<|im_start|>", "<|im_end|>")
+    whole = [ChatMessage("user", "first documentsecond document?")]
+    parted = [ChatMessage("user", "first documentsecond document?", breaks=(14, 29))]
+    segments = template.render_segments(parted)
+    assert "".join(text for text, _ in segments) == "".join(text for text, _ in template.render_segments(whole))
+    assert [text for text, client in segments if client][-3:] == ["first document", "second document", "?"]
