@@ -22,7 +22,9 @@ from reame.benchmarks.report import Cell, Section, bars, median, plot, table
 from reame.benchmarks.server import start_server
 
 SEED = 28
-SIDES = ("chunks", "whole")
+SIDES = ("chunks", "parts", "whole")
+# How each side asks: chunk mode on one text, chunk mode with each document a text part, read whole.
+EXTRA: dict[str, dict[str, Any]] = {"chunks": {}, "parts": {}, "whole": {"extra_body": {"reame": {"chunks": False}}}}
 QUICK_QUESTIONS = 2
 N_CTX = 8192
 
@@ -43,12 +45,14 @@ def run(setup: Setup) -> Section:
         questions = mixed[: QUICK_QUESTIONS if setup.quick else setup.limit]
     rng = random.Random(SEED)
     names = sorted(docs)
-    requests = []
+    requests: dict[str, list[list[dict[str, Any]]]] = {side: [] for side in SIDES}
     for q in questions:
         company = [q.doc, *rng.sample([n for n in names if n != q.doc], 2)]
         rng.shuffle(company)
-        requests.append(messages([docs[n][:1500] if setup.quick else docs[n] for n in company], q.question))
-    progress = Progress(len(SIDES) * len(requests), "rag-exam")
+        texts = [docs[n][:1500] if setup.quick else docs[n] for n in company]
+        for side in SIDES:
+            requests[side].append(messages(texts, q.question, parts=side == "parts"))
+    progress = Progress(len(SIDES) * len(questions), "rag-exam")
     timings: dict[str, list[Timing]] = {side: [] for side in SIDES}
     overrides = setup.overrides(workers_threads=str(setup.threads), cache_chunks="true",
                                 model_n_ctx=str(max(setup.n_ctx, N_CTX)))  # three whole documents
@@ -56,10 +60,9 @@ def run(setup: Setup) -> Section:
     try:
         client = server.client(timeout=1800)
         ask(client, WARM_UP, 1)
-        for i, request in enumerate(requests):
+        for i in range(len(questions)):
             for side in SIDES if i % 2 == 0 else SIDES[::-1]:
-                extra: dict[str, Any] = {} if side == "chunks" else {"extra_body": {"reame": {"chunks": False}}}
-                timings[side].append(ask(client, request, MAX_TOKENS, **extra))
+                timings[side].append(ask(client, requests[side][i], MAX_TOKENS, **EXTRA[side]))
                 progress.step(side)
     finally:
         progress.close()
@@ -81,13 +84,16 @@ def report(setup: Setup, questions: list[Question], timings: dict[str, list[Timi
     differ = [q.id for q, a, b in zip(questions, grades["chunks"], grades["whole"], strict=True) if a != b]
     met = correct["whole"] - correct["chunks"] <= 2 and wrong["chunks"] <= wrong["whole"]
     verdict = "met" if met else "NOT met"
+    parts_met = correct["whole"] - correct["parts"] <= 2 and wrong["parts"] <= wrong["whole"]
     goal = [f"chunk mode: {correct['chunks']} correct against {correct['whole']} read whole, critical wrong answers "
             f"{wrong['chunks']} against {wrong['whole']} (goal: within 2, no more wrong: {verdict})",
+            f"chunk mode, each document a text part: {correct['parts']} correct, {wrong['parts']} critical wrong "
+            f"({'met' if parts_met else 'NOT met'})",
             f"questions graded differently: {', '.join(differ) or 'none'}"]
     runs = (f"{len(questions)} exam question(s), each with its document and two others in a seeded order "
             f"(seed {SEED}), {INSTRUCTION!r} after the question, {MAX_TOKENS} tokens, greedy; one server "
-            "(1 worker) in chunk mode, each question asked in chunk mode and with reame.chunks false, "
-            "alternating the order")
+            "(1 worker) in chunk mode, each question asked in chunk mode on the documents joined in one text, "
+            "in chunk mode with each document a text part, and with reame.chunks false, alternating the order")
 
     def draw(axes: Any) -> None:
         series: dict[str, Sequence[float]] = {side: [float(correct[side]), float(wrong[side])] for side in SIDES}

@@ -78,6 +78,12 @@ def _node(op: Any, value: Any, scale: int) -> str:
         return _class([(_c.NEGATE, None), (_c.LITERAL, value)])
     elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT):  # lazy or greedy: the same set of strings
         low, high, sub = value
+        if high == _c.MAXREPEAT and _ambiguous_repeat(list(sub)):
+            raise PatternError(
+                "a repetition of something that ends in an unbounded repetition of what it starts with, "
+                "such as (a+)+ or (\\w+\\s?)+, is not supported: the grammar could split the same text in "
+                "exponentially many ways; repeat the inner part once instead (a+)"
+            )
         inner = scale * max(low, 1 if high == _c.MAXREPEAT else high)
         if inner > MAX_REPEAT:
             raise PatternError(f"repetitions that multiply to more than {MAX_REPEAT} are not supported")
@@ -94,6 +100,75 @@ def _node(op: Any, value: Any, scale: int) -> str:
         raise PatternError("anchors (^, $, \\b) are supported only at the start and end of the pattern")
     else:
         raise PatternError(f"{str(op).lower()} (lookaround, backreference, ...) is not supported")
+
+
+# -- ambiguity: what llama.cpp's grammar sampler pays for in parse stacks -------------------
+
+_Ranges = list[tuple[int, int]]
+_EVERYTHING: Final[_Ranges] = [(0, MAX_CODE_POINT)]
+
+
+def _ambiguous_repeat(items: list[tuple[Any, Any]]) -> bool:
+    """Tell whether repeating ``items`` without bound lets one text be split many ways.
+
+    That is so when the sequence can end in an unbounded repetition whose characters
+    the sequence can also start with: each such character may close one round or
+    continue it ((a+)+ on "aaaa": 8 ways; the parser keeps them all). A delimiter
+    between rounds (([a-z]+-)*) keeps the split unique and is translated as usual.
+    """
+    return _ends_in_repeat_of(items, _first(items))
+
+
+def _ends_in_repeat_of(items: list[tuple[Any, Any]], starts: _Ranges) -> bool:
+    """Tell whether ``items`` may end in an unbounded repetition of characters among ``starts``."""
+    for op, value in reversed(items):
+        if op in (_c.MAX_REPEAT, _c.MIN_REPEAT) and value[1] == _c.MAXREPEAT and _overlap(_first(list(value[2])),
+                                                                                             starts):
+            return True
+        if op == _c.SUBPATTERN and _ends_in_repeat_of(list(value[3]), starts):
+            return True
+        if op == _c.BRANCH and any(_ends_in_repeat_of(list(branch), starts) for branch in value[1]):
+            return True
+        if not _nullable(op, value):
+            return False
+    return False
+
+
+def _nullable(op: Any, value: Any) -> bool:
+    """Tell whether a node may match the empty string (a conservative answer: only optional repeats)."""
+    return op in (_c.MAX_REPEAT, _c.MIN_REPEAT) and value[0] == 0
+
+
+def _first(items: list[tuple[Any, Any]]) -> _Ranges:
+    """The characters a sequence may start with (a superset)."""
+    ranges: _Ranges = []
+    for op, value in items:
+        if op == _c.LITERAL:
+            ranges.append((value, value))
+        elif op in (_c.ANY, _c.NOT_LITERAL) or (op == _c.IN and value and value[0][0] == _c.NEGATE):
+            return _EVERYTHING
+        elif op == _c.IN:
+            for member, arg in value:
+                if member == _c.LITERAL:
+                    ranges.append((arg, arg))
+                elif member == _c.RANGE:
+                    ranges.append(arg)
+                else:
+                    ranges.extend(_CATEGORIES.get(arg, _EVERYTHING))
+        elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
+            ranges.extend(_first(list(value[2])))
+        elif op == _c.SUBPATTERN:
+            ranges.extend(_first(list(value[3])))
+        elif op == _c.BRANCH:
+            for branch in value[1]:
+                ranges.extend(_first(list(branch)))
+        if not _nullable(op, value):
+            break
+    return ranges
+
+
+def _overlap(a: _Ranges, b: _Ranges) -> bool:
+    return any(lo1 <= hi2 and lo2 <= hi1 for lo1, hi1 in a for lo2, hi2 in b)
 
 
 def _literal(char: str) -> str:

@@ -136,3 +136,14 @@ def test_too_many_properties_are_refused_with_the_count() -> None:
             f"p{i}": {"type": "integer"} for i in range(5000)}}}})
     assert caught.value.path == ".properties.x.properties"
     assert "5,000 properties" in caught.value.message
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", "^(a*)*$", "^(\\w+\\s?)+$", "^((ab)+)+$", "^(x|a+)+$"])
+def test_repetitions_that_split_one_text_many_ways_are_refused(pattern: str) -> None:
+    with pytest.raises(PatternError, match=r"\(a\+\)\+"):
+        pattern_rule(pattern)
+
+
+@pytest.mark.parametrize("pattern", ["^([a-z]+-)*[a-z]+$", "^(ab)+$", "^[a-z]+(,[a-z]+)*$", "a+$", "^(\\d+\\.)+\\d+$"])
+def test_delimited_repetitions_are_translated(pattern: str) -> None:
+    assert pattern_rule(pattern).startswith('"\\""')
