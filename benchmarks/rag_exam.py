@@ -25,7 +25,7 @@ SEED = 28
 SIDES = ("chunks", "parts", "whole")
 # How each side asks: chunk mode on one text, chunk mode with each document a text part, read whole.
 EXTRA: dict[str, dict[str, Any]] = {"chunks": {}, "parts": {}, "whole": {"extra_body": {"reame": {"chunks": False}}}}
-QUICK_QUESTIONS = 2
+QUICK_QUESTIONS = 1
 N_CTX = 8192
 
 
