@@ -2,12 +2,13 @@
 
 A retriever sends the same documents in other orders and company for every
 question, so a piece must be cut the same way whatever precedes or follows it:
-every cut is decided from the two paragraphs beside it alone. Text is cut at each
-paragraph break (a blank line) but those between two short paragraphs (under
-LONG_PARAGRAPH characters: headings, list items, signature lines), so a long
-paragraph is a piece of its own and a run of short ones is one piece. A document
-then keeps its pieces wherever it is put, but for a run of short paragraphs where
-it meets its neighbour; and the pieces of any text join back to it exactly.
+every cut is decided from the paragraph before it alone. Text is cut after each
+long paragraph (LONG_PARAGRAPH characters or more, its break excluded); short ones
+(headings, list items, a title's lines) stay with the paragraph after them, so a
+heading is read with the text it heads and a document's pieces are about as many
+as its long paragraphs. A document then keeps its pieces wherever it is put, but
+for short paragraphs at its end, which join the next text's first piece; and the
+pieces of any text join back to it exactly.
 """
 
 from __future__ import annotations
@@ -17,29 +18,24 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-# A paragraph this long (characters, its break excluded) is a piece of its own: about 80
-# tokens of English, more than a stored block (cache.block_tokens).
+# A paragraph this long (characters, its break excluded) ends a piece: about 80 tokens of
+# English, more than a stored block (cache.block_tokens).
 LONG_PARAGRAPH: Final = 320
 # A blank line and any blank lines after it: the break stays with the paragraph before.
 _BREAK: Final = re.compile(r"\n[ \t]*\n\s*")
 
 
 def pieces(text: str) -> list[str]:
-    """Return ``text`` cut at its paragraph breaks, but where both paragraphs beside a break are short."""
+    """Return ``text`` cut after each of its long paragraphs (and the blank lines after it)."""
     out: list[str] = []
     start = paragraph = 0  # where the current piece and its last paragraph begin
-    short = False  # whether the paragraph before the break is short
     for match in _BREAK.finditer(text):
         if match.end() == len(text):
             break  # trailing blank lines end the last piece
-        this_short = match.start() - paragraph < LONG_PARAGRAPH
-        if paragraph > start and not (short and this_short):
-            out.append(text[start:paragraph])
-            start = paragraph
-        short, paragraph = this_short, match.end()
-    if paragraph > start and not (short and len(text) - paragraph < LONG_PARAGRAPH):
-        out.append(text[start:paragraph])
-        start = paragraph
+        if match.start() - paragraph >= LONG_PARAGRAPH:
+            out.append(text[start : match.end()])
+            start = match.end()
+        paragraph = match.end()
     if start < len(text):
         out.append(text[start:])
     return out

@@ -20,12 +20,13 @@ def test_the_pieces_join_back_to_the_text(text: str) -> None:
     assert "".join(pieces(text)) == text
 
 
-def test_a_long_paragraph_is_a_piece_and_a_run_of_short_ones_is_one() -> None:
+def test_a_piece_ends_with_each_long_paragraph_and_short_ones_join_the_next() -> None:
     assert pieces(f"{LONG}\n\n{SHORT}\n\n{SHORT}\n\n{LONG}\n\n{LONG}") == [
-        f"{LONG}\n\n", f"{SHORT}\n\n{SHORT}\n\n", f"{LONG}\n\n", LONG,
+        f"{LONG}\n\n", f"{SHORT}\n\n{SHORT}\n\n{LONG}\n\n", LONG,
     ]
     assert pieces(f"{LONG[:-1]}\n\n{SHORT}") == [f"{LONG[:-1]}\n\n{SHORT}"]  # one character short of a piece
-    assert pieces(f"{SHORT}\n\n{LONG}") == [f"{SHORT}\n\n", LONG]
+    assert pieces(f"{SHORT}\n\n{LONG}") == [f"{SHORT}\n\n{LONG}"]  # a heading is read with what it heads
+    assert pieces(f"{LONG}\n\n{SHORT}") == [f"{LONG}\n\n", SHORT]
 
 
 def test_a_document_is_cut_alike_wherever_it_sits() -> None:
