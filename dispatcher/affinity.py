@@ -14,6 +14,11 @@ chain's root: a worker holds only its own scope's prompt (worker.kv), so request
 are sent towards it only by the same scope: no request is steered (or kept waiting)
 by another key's documents.
 
+In chunk mode (Generate.chunks) a chat's documents are reused wherever they sit, so
+each piece it is cut into (shared.chunking, as the worker cuts it) is also named
+alone, by :func:`chunk_digests`: the dispatcher remembers the pieces of the chats
+read in chunk mode, and a document is read when all its pieces are.
+
 Token blocks would name prefixes exactly, but the dispatcher would have to hold the
 vocabulary and tokenize every prompt in its one loop; paragraphs are what documents
 share, and a question appended to a document starts a new paragraph or message.
@@ -27,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from typing import Final, NamedTuple
 
 from reame.shared import protocol as p
+from reame.shared.chunking import pieces, split_at
 
 PIECE_CHARS: Final = 1024  # a long paragraph is cut here, so a shared part of it still counts
 # Links beyond this are not computed: the dispatcher's one loop hashes them, and a
@@ -35,6 +41,10 @@ PIECE_CHARS: Final = 1024  # a long paragraph is cut here, so a shared part of i
 MAX_LINKS: Final = 4096
 _DIGEST_BYTES: Final = 8  # compared, not trusted: only routing depends on it
 _PERSON: Final = b"reame-affinity"
+_CHUNK_PERSON: Final = b"reame-chunk"
+# Shorter pieces are not named: whether stored or not, they are read in context
+# (worker.chunk_plan.MIN_CHUNK_TOKENS is 64 tokens, about 256 characters of English).
+MIN_CHUNK_CHARS: Final = 256
 
 
 class Link(NamedTuple):
@@ -59,6 +69,30 @@ def chain(generate: p.Generate) -> Chain:
         chars += len(piece)
         links.append(Link(digest, chars))
     return tuple(links)
+
+
+def chunk_digests(generate: p.Generate) -> tuple[bytes, ...]:
+    """Name each client piece of ``generate``'s chat as chunk mode cuts it, alone, under its cache scope.
+
+    A content sent in text parts is cut at its parts, any other at its paragraphs
+    (shared.chunking); the model's own replies are never chunks. A raw prompt has none.
+    """
+    if generate.messages is None:
+        return ()
+    root = hashlib.blake2b(
+        generate.cache_scope.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES, person=_CHUNK_PERSON
+    ).digest()
+    texts = (
+        text
+        for message in generate.messages if message.role != "assistant"
+        for text in (split_at(message.content, message.breaks) if message.breaks else pieces(message.content))
+        if len(text) >= MIN_CHUNK_CHARS
+    )
+    return tuple(
+        hashlib.blake2b(root + text.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES,
+                        person=_CHUNK_PERSON).digest()
+        for text in itertools.islice(texts, MAX_LINKS)
+    )
 
 
 def shared_chars(a: Sequence[Link], b: Sequence[Link]) -> int:

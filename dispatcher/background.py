@@ -17,14 +17,18 @@ The scheduler applies these rules, with this module's bookkeeping:
   that stored part, when cores are idle again. So a warm delays a user request by at
   most one batch;
 - what has been read is remembered (:class:`Known`): the prefix links of every prompt
-  a worker finished and stored, so the gateway can ask (StatusQuery.prefix) whether
-  a document is read before it chooses how to send a question about it.
+  a worker finished and stored, and the pieces of every chat read in chunk mode
+  (dispatcher.affinity.chunk_digests), so the gateway can ask (StatusQuery.prefix,
+  StatusQuery.chunks) whether a document is read before it chooses how to send a
+  question about it: in chunk mode a document is read when all its pieces are,
+  whatever it was read with.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Sequence
 from typing import Final
 
 from reame.dispatcher import affinity
@@ -42,6 +46,7 @@ class Known:
     def __init__(self, capacity: int = KNOWN_LINKS) -> None:
         self._capacity = capacity
         self._links: collections.OrderedDict[bytes, int] = collections.OrderedDict()
+        self._chunks: collections.OrderedDict[bytes, None] = collections.OrderedDict()
 
     def add(self, chain: affinity.Chain) -> None:
         """Remember every prefix of ``chain``: a stored prompt's state serves each of them."""
@@ -58,6 +63,23 @@ class Known:
                 self._links.move_to_end(link.digest)
                 return link.chars
         return 0
+
+    def add_chunks(self, digests: Sequence[bytes]) -> None:
+        """Remember the pieces of a chat read in chunk mode: their states are in the store."""
+        for digest in digests:
+            self._chunks[digest] = None
+            self._chunks.move_to_end(digest)
+        while len(self._chunks) > self._capacity:
+            self._chunks.popitem(last=False)
+
+    def chunks_known(self, digests: Sequence[bytes]) -> int:
+        """Return how many of ``digests`` (pieces, dispatcher.affinity.chunk_digests) are known stored."""
+        known = 0
+        for digest in digests:
+            if digest in self._chunks:
+                self._chunks.move_to_end(digest)
+                known += 1
+        return known
 
     def __len__(self) -> int:
         return len(self._links)
@@ -81,6 +103,11 @@ def is_read(read_chars: int, total_chars: int) -> bool:
     so its affinity pieces, the last one included, are those of that prompt.
     """
     return total_chars > 0 and read_chars >= total_chars
+
+
+def chunks_read(known: int, digests: Sequence[bytes]) -> bool:
+    """Tell whether a chat in chunk mode is read when ``known`` of its pieces ``digests`` are: all, and it has some."""
+    return bool(digests) and known >= len(digests)
 
 
 def key(chain: affinity.Chain) -> bytes | None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
@@ -85,8 +86,8 @@ class Scheduler(Warms):
         """The time the next round of heartbeats is due."""
         return self._heartbeat_at
 
-    def status(self, prefix: affinity.Chain = ()) -> p.Status:
-        """Count workers and requests, as a StatusQuery reply; say how much of ``prefix`` is read."""
+    def status(self, prefix: affinity.Chain = (), chunks: Sequence[bytes] = ()) -> p.Status:
+        """Count workers and requests, as a StatusQuery reply; say how much of ``prefix`` and ``chunks`` is read."""
         warms = self.background.counters
         return p.Status(
             workers=len(self._workers),
@@ -104,6 +105,7 @@ class Scheduler(Warms):
             warms_started=warms.started, warms_finished=warms.finished, warms_preempted=warms.preempted,
             prefix_chars=self._read_chars(prefix),
             prefix_warming=self.background.warming(prefix),
+            chunks_known=self.background.known.chunks_known(chunks),
         )
 
     # -- events from workers -------------------------------------------------
@@ -191,7 +193,7 @@ class Scheduler(Warms):
             return self._on_cancel(identity, message)
         elif isinstance(message, p.StatusQuery):
             prefix = tuple(affinity.Link(digest, chars) for digest, chars in message.prefix)
-            return [Send(Dest.CLIENT, identity, self.status(prefix))]
+            return [Send(Dest.CLIENT, identity, self.status(prefix, message.chunks[: affinity.MAX_LINKS]))]
         elif isinstance(message, p.Heartbeat):
             return []  # clients need not send them; harmless if they do
         else:

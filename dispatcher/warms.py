@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable
 
 from reame.dispatcher import affinity
-from reame.dispatcher.background import Background, is_read
+from reame.dispatcher.background import Background, chunks_read, is_read
 from reame.dispatcher.placement import Placement
 from reame.dispatcher.state import Dest, Request, Send, Worker, error
 from reame.shared import protocol as p
@@ -42,6 +42,26 @@ class Warms:
         users = (w for w, worker in self._workers.items() if not self._warm_on(worker))
         return max(self.placement.best(users, chain)[1], self.background.known.chars(chain))
 
+    def _chunks_stored(self, request: Request) -> bool:
+        """Tell whether ``request`` is a chat in chunk mode whose every piece is known stored."""
+        if not request.generate.chunks:
+            return False
+        digests = self._pieces(request)
+        return chunks_read(self.background.known.chunks_known(digests), digests)
+
+    @staticmethod
+    def _pieces(request: Request) -> tuple[bytes, ...]:
+        """Return the digests of ``request``'s pieces (computed once: a warm is looked at on many events)."""
+        if request.chunks is None:
+            request.chunks = affinity.chunk_digests(request.generate)
+        return request.chunks
+
+    def _learn_chunks(self, request: Request, done: p.Done | None) -> None:
+        """Remember the pieces of a chat its worker read in chunk mode: it stores those it read after this Done."""
+        if done is not None and request.generate.chunks and request.generate.cache \
+                and done.chunks_in_memory + done.chunks_from_store + done.chunks_read:
+            self.background.known.add_chunks(self._pieces(request))
+
     def _warm_on(self, worker: Worker) -> bool:
         """Tell whether ``worker`` runs a background warm."""
         request = self._requests.get(worker.request_id) if worker.request_id is not None else None
@@ -53,6 +73,7 @@ class Warms:
         A user request's prompt is remembered as stored: its worker stores it after this Done.
         """
         warms = self.background
+        self._learn_chunks(request, done)
         if not request.background:
             if done is not None and request.generate.cache and self._save_min is not None \
                     and done.prompt_tokens >= self._save_min:
@@ -73,7 +94,8 @@ class Warms:
 
     def _on_warm(self, request: Request, now: float) -> list[Send]:
         """Queue a background warm unless it is a duplicate or already read; start it if cores are idle."""
-        refusal = self.background.refusal(request.chain, self._read_chars(request.chain))
+        refusal = self.background.refusal(request.chain, self._read_chars(request.chain)) \
+            or ("this prompt's chunks are stored already" if self._chunks_stored(request) else None)
         if refusal is not None:
             log.debug("dropped background warm %s: %s", request.request_id, refusal)
             return [error(request.client, request.request_id, p.ErrorCode.CANCELLED, refusal)]
@@ -94,7 +116,8 @@ class Warms:
                 continue
             if self._queue:
                 continue  # only the deadlines are looked at
-            if is_read(self._read_chars(request.chain), request.chain[-1].chars):  # by a user request meanwhile
+            if is_read(self._read_chars(request.chain), request.chain[-1].chars) \
+                    or self._chunks_stored(request):  # by a user request meanwhile
                 del self._requests[request_id]
                 self.background.forget(request_id, request.chain)
                 sends.append(error(request.client, request_id, p.ErrorCode.CANCELLED, "this prompt is read already"))

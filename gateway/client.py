@@ -82,14 +82,18 @@ class Dispatcher:
         """The process's ZeroMQ context, for other sockets to the same peers (gateway.answers)."""
         return self._context
 
-    def status(self, timeout_s: float, prefix: Sequence[tuple[bytes, int]] = ()) -> protocol.Status | None:
+    def status(
+        self, timeout_s: float, prefix: Sequence[tuple[bytes, int]] = (), chunks: Sequence[bytes] = ()
+    ) -> protocol.Status | None:
         """Ask for the dispatcher's status; None if it does not answer within ``timeout_s``.
 
-        ``prefix`` (a prompt's affinity links) also asks how much of it is read (gateway.warming).
+        ``prefix`` (a prompt's affinity links) also asks how much of it is read, ``chunks``
+        (its pieces in chunk mode) how many of them are (gateway.warming).
         """
         socket = self._socket()
         try:
-            socket.send(protocol.encode(protocol.StatusQuery(prefix=list(prefix))), zmq.NOBLOCK)
+            query = protocol.StatusQuery(prefix=list(prefix), chunks=list(chunks))
+            socket.send(protocol.encode(query), zmq.NOBLOCK)
             end = time.monotonic() + timeout_s
             while (left := end - time.monotonic()) > 0:
                 if not socket.poll(int(left * 1000) + 1):

@@ -152,7 +152,9 @@ class _Generation:
                 settings.config, dispatcher.cache.address, dispatcher.context, dispatcher.keys
             )
         self.answers = settings.answers
-        self.warming = Warming(settings.compressor, lambda prefix: dispatcher.status(PROBE_TIMEOUT_S, prefix))
+        self.warming = Warming(
+            settings.compressor, lambda prefix, chunks: dispatcher.status(PROBE_TIMEOUT_S, prefix, chunks)
+        )
 
     def open(
         self,
@@ -179,16 +181,17 @@ class _Generation:
         deadline = time.time() + self.settings.request_timeout
         tenant = tenant_of(req)
         key_scope = tenant.scope if tenant is not None and self.settings.per_key_scope else ""
+        chunks = self.settings.config.cache.chunks if options.chunks is None else options.chunks
         # auto's first question about a document is sent as query, with a warm of the document behind it.
         compressed, mode, reader = self.warming.compress(
             request_id, deadline, prompt=prompt, messages=messages, mode=options.compress, warm=warm,
-            cache=options.cache, scope=auth.cache_scope(key_scope, options.cache_salt),
+            cache=options.cache, scope=auth.cache_scope(key_scope, options.cache_salt), chunks=chunks,
         )
         generate = protocol.Generate(
             request_id, sampling, deadline, prompt=compressed.prompt, messages=compressed.messages,
             cache=options.cache, warm=warm, speculative=options.speculative,
             cache_scope=auth.cache_scope(key_scope, options.cache_salt), grammar=grammar, logprobs=logprobs,
-            tools=tools, chunks=self.settings.config.cache.chunks if options.chunks is None else options.chunks,
+            tools=tools, chunks=chunks,
         )
         # A stored answer replays without the dispatcher; else the reply is recorded for the next time.
         call = self.answers.open(

@@ -18,6 +18,9 @@ a worker holds that prefix, is reading it for a user, or the store has it:
   resuming from what the warm stored, and stores it. Sending ``query`` again would
   pre-empt the warm at every question, and the document would never be read; the
   dispatcher drops the warm once the document is read;
+- in chunk mode (Generate.chunks), read also when every piece of the documents was
+  read in chunk mode, in whatever order and company (StatusQuery.chunks): the worker
+  places them from the store. The warm is read in chunk mode too, so it stores pieces;
 - no answer from the dispatcher: ``auto`` as is (the request would fail anyway).
 
 The decision (:func:`decide`) is pure; :class:`Warming` gathers what it needs.
@@ -31,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
 from reame.dispatcher import affinity
-from reame.dispatcher.background import is_read
+from reame.dispatcher.background import chunks_read, is_read
 from reame.gateway.compress.messages import Result, compress_messages, compress_prompt
 from reame.gateway.compression import Compressor
 from reame.shared import protocol
@@ -44,7 +47,8 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S: Final = 0.25
 WARM_SUFFIX: Final = "-warm"
 
-Probe = Callable[[Sequence[tuple[bytes, int]]], protocol.Status | None]
+# Dispatcher.status with a prefix's links and its pieces in chunk mode, under PROBE_TIMEOUT_S.
+Probe = Callable[[Sequence[tuple[bytes, int]], Sequence[bytes]], protocol.Status | None]
 
 
 class Decision(enum.Enum):
@@ -52,9 +56,14 @@ class Decision(enum.Enum):
     QUERY_AND_WARM = "query and warm"  # not read: query's prompt now, the document in the background
 
 
-def decide(status: protocol.Status | None, prefix: affinity.Chain) -> Decision:
-    """Choose how to send a question whose auto prompt starts with ``prefix``, from the dispatcher's answer."""
+def decide(status: protocol.Status | None, prefix: affinity.Chain, chunks: Sequence[bytes] = ()) -> Decision:
+    """Choose how to send a question whose auto prompt starts with ``prefix``, from the dispatcher's answer.
+
+    ``chunks``: the prefix's pieces, when it is read in chunk mode.
+    """
     if status is None or not prefix or is_read(status.prefix_chars, prefix[-1].chars) or status.prefix_warming:
+        return Decision.AUTO
+    if chunks_read(status.chunks_known, chunks):
         return Decision.AUTO
     return Decision.QUERY_AND_WARM
 
@@ -72,13 +81,16 @@ class Warming:
 
     def __init__(self, compressor: Compressor, probe: Probe) -> None:
         self.compressor = compressor
-        self.probe = probe  # Dispatcher.status with a prefix, under PROBE_TIMEOUT_S
+        self.probe = probe
 
     def compress(
         self, request_id: str, deadline: float, *, prompt: str | None, messages: list[ChatMessage] | None,
-        mode: CompressMode | None, warm: bool, cache: bool, scope: str,
+        mode: CompressMode | None, warm: bool, cache: bool, scope: str, chunks: bool = False,
     ) -> Choice:
-        """Compress the prompt or messages in ``mode`` (None: the configured one); see the module doc."""
+        """Compress the prompt or messages in ``mode`` (None: the configured one); see the module doc.
+
+        ``chunks``: the request is read in chunk mode (Generate.chunks), and so is its warm.
+        """
         compressor = self.compressor
         mode = mode or compressor.settings.mode
         result = self._compress(prompt, messages, mode, warm)
@@ -88,9 +100,11 @@ class Warming:
         reader = Generate(
             request_id + WARM_SUFFIX, SamplingParams(max_tokens=0), deadline, prompt=result.prefix_prompt,
             messages=result.prefix_messages, cache=cache, warm=True, cache_scope=scope, background=True,
+            chunks=chunks,
         )
         prefix = affinity.chain(reader)
-        decision = decide(self.probe([(link.digest, link.chars) for link in prefix]), prefix)
+        pieces = affinity.chunk_digests(reader) if chunks else ()
+        decision = decide(self.probe([(link.digest, link.chars) for link in prefix], pieces), prefix, pieces)
         log.debug("request %s: %s (a document prefix of %d characters)", request_id, decision.value,
                   prefix[-1].chars if prefix else 0)
         if decision is Decision.AUTO:

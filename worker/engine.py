@@ -294,6 +294,7 @@ class Engine:
                 self.cache.save(self.kv, self.kv.tokens, warm=True, wait=False)  # however little it read
             raise
         saved = False
+        chunks = reused.chunks or ChunkReuse(0, 0)
         if self.cache is not None and prefix_mode:
             saved = self.cache.save(self.kv, prompt, warm=True, wait=not request.background)
         elif read.spans and reused.chunks is not None and request.cache:
@@ -307,6 +308,11 @@ class Engine:
             restored_tokens=reused.restored,
             prompt_ms=(time.perf_counter() - started) * 1000.0,
             cache_saved=saved,
+            # The dispatcher learns from these that the chunks are stored (dispatcher.background.Known).
+            chunks_in_memory=chunks.in_memory,
+            chunks_from_store=chunks.from_store,
+            chunks_read=chunks.read,
+            link_tokens=chunks.link_tokens,
         )
 
     def _prefill(self, read: Prompt, request: Generate, cancel: threading.Event, n_batch: int = 0) -> Reused:

@@ -205,11 +205,14 @@ class StatusQuery(Struct, frozen=True):
     """Ask for the dispatcher's Status.
 
     ``prefix`` (dispatcher.affinity links: digest, characters) also asks how much of
-    that prompt prefix is known to be read (Status.prefix_chars, prefix_warming).
+    that prompt prefix is known to be read (Status.prefix_chars, prefix_warming);
+    ``chunks`` (dispatcher.affinity.chunk_digests) how many of those pieces of a chat
+    in chunk mode are (Status.chunks_known).
     """
 
     KIND: ClassVar[Kind] = Kind.STATUS_QUERY
     prefix: list[tuple[bytes, int]] = msgspec.field(default_factory=list)
+    chunks: list[bytes] = msgspec.field(default_factory=list)
 
 
 class WorkerState(Struct, frozen=True):
@@ -240,6 +243,7 @@ class Status(Struct, frozen=True):
     warms_preempted: int = 0  # ...that stopped for a user request, to resume later
     prefix_chars: int = 0  # of StatusQuery.prefix: characters a worker holds or the store has (not a warm's)
     prefix_warming: bool = False  # a background warm of that prefix is queued or running
+    chunks_known: int = 0  # of StatusQuery.chunks: pieces read in chunk mode, so in the store
 
 
 class Threads(Struct, frozen=True):

@@ -21,6 +21,7 @@ from reame.shared.protocol import ChatMessage, Done, Generate, Message, Sampling
 from reame.worker.engine import Engine
 from reame.worker.model import Model
 from tests.harness import Server, cache_stats, start_server, wait_for_entries
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -139,6 +140,42 @@ def test_documents_sent_as_content_parts_are_a_chunk_each(chunked: Server) -> No
     assert chunks(second)["read"] == 0 and chunks(second)["from_store"] == 2
     usage = second["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] > 0.8 * usage["prompt_tokens"]
+
+
+def test_auto_counts_documents_whose_chunks_are_stored_as_read_in_any_order(chunked: Server) -> None:
+    """auto answers a first question from query's excerpts while the documents are read in chunks
+    behind it; asked about the same documents in another order, it sends them, placed from the store."""
+    docs = {"mill": document("mill", "flour"), "dairy": document("dairy", "cheese")}  # read by no other test
+
+    def ask_auto(order: tuple[str, ...], question: str) -> dict[str, Any]:
+        content = "\n\n".join(docs[name] for name in order) + f"\n\n{question}"
+        body = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": content}],
+                "temperature": 0, "max_tokens": 8, "reame": {"compress": "auto"}}
+        status, _, reply = chunked.post_json("/v1/chat/completions", body)
+        assert status == 200, reply
+        return reply
+
+    def warms_finished() -> int:
+        ready = chunked.ready()
+        assert ready is not None
+        finished: int = ready["prefills"]["warms_finished"]
+        return finished
+
+    before, entries, seen = warms_finished(), cache_stats(chunked)["entries"], len(prefills(chunked))
+    first = ask_auto(("mill", "dairy"), "How soon are flour orders confirmed?")
+    assert first["usage"]["reame"]["compression"] == "query"
+    wait_for(lambda: warms_finished() > before or None, what="the warm of the documents to finish")
+    read = sum(r for _, _, r in prefills(chunked)[seen:])  # the warm's chunks and the excerpts'
+    assert read >= 8
+    wait_for_entries(chunked, entries + read)
+
+    second = ask_auto(("dairy", "mill"), "Who answers complaints about cheese?")
+    usage = second["usage"]
+    assert usage["reame"]["compression"] == "auto"
+    counts = chunks(second)
+    # Four chunks a document from the store; only the excerpts and the question may be new.
+    assert counts["from_store"] + counts["in_memory"] == 8 and counts["read"] <= 1
+    assert usage["prompt_tokens_details"]["cached_tokens"] > usage["prompt_tokens"] // 2
 
 
 def test_greedy_text_is_the_same_read_or_placed_and_after_a_restart(tmp_path: Path) -> None:

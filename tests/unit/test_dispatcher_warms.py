@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from reame.dispatcher import affinity
 from reame.dispatcher.background import Known
 from reame.dispatcher.scheduler import Scheduler
@@ -214,3 +216,74 @@ def test_a_queued_warm_can_be_cancelled_by_its_client() -> None:
     assert refusals(sched.client_message(GW, p.Cancel(request_id="b1"), T0)) == ["b1"]
     assert generates(sched.worker_message(W1, done("q1"), T0)) == []
     assert not sched.status(tuple(affinity.chain(warm("b1")))).prefix_warming
+
+
+# ---- chunk mode: a document is read when all its pieces are, wherever they sat ----------
+
+LONG_A, LONG_B, LONG_C = (f"Document {name}: " + "a sentence worth its KV state. " * 12 for name in "ABC")
+
+
+def chat(request_id: str, *documents: str, question: str = "What?", background: bool = False) -> p.Generate:
+    content = "\n\n".join(documents) + f"\n\n{question}"  # a question follows them, as a retriever sends it
+    return p.Generate(
+        request_id=request_id, sampling=p.SamplingParams(max_tokens=0 if background else 8), deadline=T0 + 600,
+        messages=[p.ChatMessage("system", "Answer from the documents."), p.ChatMessage("user", content)],
+        warm=background, background=background, chunks=True,
+    )
+
+
+def chunk_done(request_id: str, read: int = 2) -> p.Done:
+    return p.Done(request_id=request_id, finish_reason=p.FinishReason.STOP, prompt_tokens=500,
+                  completion_tokens=0, chunks_read=read)
+
+
+def pieces_known(sched: Scheduler, generate: p.Generate) -> tuple[int, int]:
+    digests = affinity.chunk_digests(generate)
+    return sched.status(chunks=digests).chunks_known, len(digests)
+
+
+def test_the_pieces_of_a_chat_read_in_chunk_mode_are_known_in_any_order_and_company() -> None:
+    sched = attached(W1)
+    sched.client_message(GW, chat("q1", LONG_A, LONG_B, question="What does A say?"), T0)
+    assert pieces_known(sched, chat("x", LONG_B, LONG_A)) == (0, 2)  # not before its worker is done
+    sched.worker_message(W1, chunk_done("q1"), T0)
+    assert pieces_known(sched, chat("x", LONG_B, LONG_A)) == (2, 2)
+    assert pieces_known(sched, chat("x", LONG_B, LONG_C)) == (1, 2)
+    other_scope = chat("x", LONG_B, LONG_A)
+    assert sched.status(chunks=affinity.chunk_digests(p.Generate(
+        request_id="x", sampling=other_scope.sampling, deadline=T0, messages=other_scope.messages,
+        cache_scope="key-2", chunks=True))).chunks_known == 0  # another key's documents tell nothing
+
+
+def test_pieces_are_known_only_from_a_chat_read_in_chunks_with_the_cache_on() -> None:
+    sched = attached(W1)
+    sched.client_message(GW, chat("q1", LONG_A, LONG_B), T0)
+    # No chunk counted: read whole (a model whose cache cannot shift).
+    sched.worker_message(W1, done("q1", prompt_tokens=500), T0)
+    no_cache = msgspec.structs.replace(chat("q2", LONG_A, LONG_B), cache=False)
+    sched.client_message(GW, no_cache, T0)
+    sched.worker_message(W1, chunk_done("q2"), T0)
+    assert pieces_known(sched, chat("x", LONG_A, LONG_B)) == (0, 2)
+
+
+def test_a_warm_of_a_chat_whose_pieces_are_stored_is_refused() -> None:
+    sched = attached(W1)
+    sched.client_message(GW, chat("q1", LONG_A), T0)
+    sched.worker_message(W1, chunk_done("q1", read=1), T0)
+    sched.client_message(GW, chat("q2", LONG_B), T0)
+    sched.worker_message(W1, chunk_done("q2", read=1), T0)
+    assert refusals(sched.client_message(GW, chat("b1", LONG_B, LONG_A, background=True), T0)) == ["b1"]
+    assert generates(sched.client_message(GW, chat("b2", LONG_B, LONG_C, background=True), T0)) == [(W1, "b2")]
+
+
+def test_the_digests_follow_the_worker_s_cut() -> None:
+    text = f"{LONG_A}\n\n{LONG_B}\n\nWhat?"
+    parts = p.ChatMessage("user", text, breaks=(len(LONG_A) + 2, len(text) - 5))
+    reply = p.ChatMessage("assistant", LONG_C)
+    generate = p.Generate(request_id="x", sampling=p.SamplingParams(), deadline=T0,
+                          messages=[p.ChatMessage("system", LONG_C), parts, reply], chunks=True)
+    assert affinity.chunk_digests(generate)[1:] == affinity.chunk_digests(chat("y", LONG_A, LONG_B))  # a part each
+    assert affinity.chunk_digests(user("z", LONG_A)) == ()  # a raw prompt is never read in chunks
+    short = p.Generate(request_id="x", sampling=p.SamplingParams(), deadline=T0,
+                       messages=[p.ChatMessage("user", "A short question?")], chunks=True)
+    assert affinity.chunk_digests(short) == ()  # read in context anyway

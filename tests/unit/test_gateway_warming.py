@@ -35,8 +35,9 @@ MESSAGES = [ChatMessage("system", DOCUMENT), ChatMessage("user", QUESTION)]
 CHAIN = affinity.chain(protocol.Generate("w", protocol.SamplingParams(), 0.0, prompt=DOCUMENT))
 
 
-def status(read: int = 0, warming: bool = False) -> protocol.Status:
-    return protocol.Status(workers=1, idle_workers=1, queued=0, running=0, prefix_chars=read, prefix_warming=warming)
+def status(read: int = 0, warming: bool = False, chunks_known: int = 0) -> protocol.Status:
+    return protocol.Status(workers=1, idle_workers=1, queued=0, running=0, prefix_chars=read, prefix_warming=warming,
+                           chunks_known=chunks_known)
 
 
 def test_the_decision() -> None:
@@ -50,13 +51,22 @@ def test_the_decision() -> None:
     assert decide(status(0), ()) is Decision.AUTO
 
 
+def test_in_chunk_mode_a_document_is_read_when_all_its_pieces_are() -> None:
+    pieces = (b"a" * 8, b"b" * 8, b"c" * 8)
+    assert decide(status(0, chunks_known=3), CHAIN, pieces) is Decision.AUTO  # read in another order or company
+    assert decide(status(0, chunks_known=2), CHAIN, pieces) is Decision.QUERY_AND_WARM
+    assert decide(status(0, chunks_known=0), CHAIN, ()) is Decision.QUERY_AND_WARM  # no piece long enough to tell
+
+
 class FakeProbe:
     def __init__(self, answer: protocol.Status | None) -> None:
         self.answer = answer
         self.asked: list[list[tuple[bytes, int]]] = []
+        self.chunks: list[list[bytes]] = []
 
-    def __call__(self, prefix: Sequence[tuple[bytes, int]]) -> protocol.Status | None:
+    def __call__(self, prefix: Sequence[tuple[bytes, int]], chunks: Sequence[bytes]) -> protocol.Status | None:
         self.asked.append(list(prefix))
+        self.chunks.append(list(chunks))
         return self.answer
 
 
@@ -67,9 +77,9 @@ def warming(answer: protocol.Status | None) -> tuple[Warming, FakeProbe, Savings
 
 
 def choose(w: Warming, mode: CompressMode | None = CompressMode.AUTO, warm: bool = False,
-           messages: list[ChatMessage] | None = None, prompt: str | None = None) -> Choice:
+           messages: list[ChatMessage] | None = None, prompt: str | None = None, chunks: bool = False) -> Choice:
     return w.compress("r1", 1234.0, prompt=prompt, messages=messages if prompt is None else None, mode=mode,
-                      warm=warm, cache=True, scope="scope")
+                      warm=warm, cache=True, scope="scope", chunks=chunks)
 
 
 def test_a_new_document_is_answered_from_query_and_warmed_in_the_background() -> None:
@@ -86,6 +96,18 @@ def test_a_new_document_is_answered_from_query_and_warmed_in_the_background() ->
     # The dispatcher was asked about exactly the prompt the warm reads, under the request's scope.
     assert probe.asked == [[(link.digest, link.chars) for link in affinity.chain(reader)]]
     assert savings.snapshot().compressed == 1  # counted once, for what is sent
+
+
+def test_in_chunk_mode_the_dispatcher_is_asked_about_the_document_s_pieces_and_the_warm_reads_in_chunks() -> None:
+    w, probe, _ = warming(status(0))
+    _, mode, reader = choose(w, messages=MESSAGES, chunks=True)
+    assert mode == "query" and reader is not None and reader.chunks
+    assert probe.chunks == [list(affinity.chunk_digests(reader))] and probe.chunks[0]
+    w.probe = FakeProbe(status(0, chunks_known=len(probe.chunks[0])))
+    assert choose(w, messages=MESSAGES, chunks=True)[1:] == ("auto", None)
+    w.probe = probe
+    choose(w, messages=MESSAGES)
+    assert probe.chunks[-1] == []  # not in chunk mode: pieces are not asked about
 
 
 def test_a_read_document_gets_the_auto_prompt_and_no_warm() -> None:
