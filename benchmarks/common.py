@@ -17,7 +17,7 @@ from typing import Any
 
 import openai
 
-from reame.benchmarks.server import Server, free_port, spawn, start_server
+from reame.benchmarks.server import Server, free_port, spawn, start_server, stop_process, wait_openai
 
 PEER_START_TIMEOUT_S = 180.0
 # The peer's prompt cache (llama_cpp.server --cache) counts llama.cpp's state against its
@@ -182,19 +182,8 @@ class Peer:
         self.proc = spawn(args, dict(os.environ), self.log)
 
     def wait(self) -> None:
-        with openai.OpenAI(base_url=self.base_url, api_key="x", max_retries=0, timeout=5) as client:
-            self._wait(client)
-
-    def _wait(self, client: openai.OpenAI) -> None:
-        deadline = time.monotonic() + PEER_START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                break
-            try:
-                client.models.list()
-                return
-            except openai.APIError:
-                time.sleep(0.3)
+        if self.proc is not None and wait_openai(self.proc, self.base_url, PEER_START_TIMEOUT_S):
+            return
         tail = self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
         self.stop()
         raise RuntimeError(f"python -m llama_cpp.server did not start (needs `pip install 'reame[bench]'`):\n{tail}")
@@ -203,13 +192,7 @@ class Peer:
         for client in self.clients:
             client.close()
         self.clients.clear()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
     @property

@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import openai
 
-from reame.benchmarks.server import free_port, spawn
+from reame.benchmarks.server import free_port, spawn, stop_process, wait_openai
 
 START_TIMEOUT_S = 180.0
 CACHE_RAM_MB = 4096
@@ -56,26 +55,14 @@ class LlamaServer:
                 "--host", "127.0.0.1", "--port", str(self.port)]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.proc = spawn(args, dict(os.environ), self.log)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        with openai.OpenAI(base_url=self.base_url, api_key="x", max_retries=0, timeout=5) as client:
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    client.models.list()
-                    return
-                except openai.APIError:
-                    time.sleep(0.3)
+        if wait_openai(self.proc, self.base_url, START_TIMEOUT_S):
+            return
         tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
         self.stop()
         raise RuntimeError(f"llama-server did not start:\n{tail}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
     @property

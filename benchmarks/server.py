@@ -195,13 +195,7 @@ class Server:
         """SIGTERM the server and wait; return the processes it left behind."""
         self.close_clients()
         family = descendants(self.proc.pid)
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         # Children die with the supervisor (PR_SET_PDEATHSIG); a busy machine may take a while to reap them.
         with contextlib.suppress(AssertionError):
             wait_for(lambda: not any(alive(pid) for pid in family), EXIT_TIMEOUT_S, interval=0.1, what="the children")
@@ -210,6 +204,31 @@ class Server:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         return left
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = EXIT_TIMEOUT_S) -> None:
+    """SIGTERM ``proc`` unless it has exited, and wait; SIGKILL it if it is still there after ``timeout``."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_openai(proc: subprocess.Popen[bytes], base_url: str, timeout: float) -> bool:
+    """Wait until the OpenAI server ``proc`` runs at ``base_url`` lists its models; False if it exits or times out."""
+    deadline = time.monotonic() + timeout
+    with openai.OpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=5) as client:
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                client.models.list()
+                return True
+            except openai.APIError:
+                time.sleep(0.3)
+    return False
 
 
 def spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
