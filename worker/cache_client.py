@@ -290,9 +290,9 @@ class CacheClient:
         finished.wait(bound * (self._pending + 1))
         return bool(result and result[0])
 
-    def close(self) -> None:
-        """Stop the uploader (dropping queued saves) and close the sockets."""
-        self._uploader.stop()
+    def close(self, drain: float = 0.0) -> None:
+        """Stop the uploader (queued saves are sent for up to ``drain`` s, then dropped) and close the sockets."""
+        self._uploader.stop(drain)
         self._socket.close(linger=0)
         if self._stale:
             log.debug("dropped %d stale cache replies", self._stale)

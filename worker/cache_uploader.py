@@ -101,8 +101,17 @@ class Uploader:
             return False
         return True
 
-    def stop(self) -> None:
-        """Drop the queued saves, let the current one give up, and wait for the thread."""
+    def stop(self, drain: float = 0.0) -> None:
+        """Send the queued saves for up to ``drain`` seconds; drop the rest, let the current one give up, wait.
+
+        A worker stopped right after a reply has its prompt's chunks still queued: a
+        graceful stop sends them rather than read those documents again after the restart.
+        """
+        if drain > 0 and self._thread.is_alive():
+            deadline = time.monotonic() + drain
+            with contextlib.suppress(queue.Full):
+                self._queue.put(None, timeout=drain)  # behind the queued saves: the thread ends after them
+                self._thread.join(max(0.0, deadline - time.monotonic()))
         self._stopping.set()
         while True:
             try:

@@ -36,6 +36,9 @@ log = logging.getLogger("worker")
 
 # How long the idle engine thread waits for a job before looking at the stop flag.
 POLL_S: Final = 0.1
+# At a graceful stop, how long queued saves (a reply's chunks) may still be sent: well
+# inside the supervisor's grace (supervisor.arbiter.GRACE_S) and systemd's TimeoutStopSec.
+SAVE_DRAIN_S: Final = 5.0
 SHUTDOWN_MESSAGE: Final = "the worker is shutting down; retry the request"
 
 
@@ -173,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         link.close()
         if cache is not None:
-            cache.close()
+            cache.close(drain=SAVE_DRAIN_S)
         context.term()
         speculation.close()
         model.close()
