@@ -186,7 +186,7 @@ class Engine:
         recorder: Recorder | None = None,
     ) -> tuple[Reused, float]:
         """Prefill, then sample and evaluate one token at a time; return what was reused, and the prefill end."""
-        if request.grammar is not None or recorder is not None:
+        if request.grammar is not None or recorder is not None or self._draws_as_speculation(request):
             return self._constrained(request, prompt, out, cancel, recorder)
         sampler = self._sampler(Sampler, request)
         try:
@@ -203,11 +203,26 @@ class Engine:
             sampler.close()
         return reused, prefilled
 
+    def _draws_as_speculation(self, request: Generate) -> bool:
+        """Tell whether a sampled request decoded plainly draws its tokens as the speculative loop does.
+
+        The speculative loop draws from numpy (worker.speculative.chooser), llama.cpp's
+        sampler from its own generator. Whether drafts pay, so which loop runs, is measured
+        by each worker and differs between workers and restarts; a seeded request that
+        speculation may serve draws through the chooser either way, so its text does not
+        depend on the worker it lands on. Greedy choices are the argmax in both.
+        """
+        speculation = self.speculation
+        if speculation is None or not speculation.available or request.sampling.temperature == 0.0:
+            return False
+        return (speculation.mode if request.speculative is None else request.speculative) != SpeculativeMode.OFF
+
     def _constrained(
         self, request: Generate, prompt: Prompt, out: Output, cancel: threading.Event,
         recorder: Recorder | None,
     ) -> tuple[Reused, float]:
-        """Decode one token at a time from the logits rows: under a grammar, or recording logprobs."""
+        """Decode one token at a time from the logits rows: under a grammar, recording logprobs, or drawing
+        as speculation does (:meth:`_draws_as_speculation`)."""
         target = self._chooser(request)
         chooser = target if recorder is None else recorder.wrap(target)
         try:

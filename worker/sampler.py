@@ -2,7 +2,9 @@
 
 The chain is the one ``llama_cpp.Llama`` builds for the same parameters
 (logit bias, penalties, top-k, top-p, min-p, temperature, then a seeded draw;
-greedy at temperature 0), so seeded and greedy outputs match it. Unlike
+greedy at temperature 0), so seeded and greedy outputs match it. (A sampled request
+that speculative decoding may serve draws through worker.speculative.chooser instead,
+speculated or not: worker.engine.) Unlike
 llama-cpp-python, and like llama.cpp's server, the prompt tokens are fed to
 the penalty sampler, so repeating the prompt counts as repetition.
 

@@ -42,7 +42,7 @@ from reame.shared.protocol import (
 )
 from reame.worker.engine import Engine
 from reame.worker.model import Model
-from reame.worker.speculative.adaptive import DEFAULT_COSTS
+from reame.worker.speculative.adaptive import DEFAULT_COSTS, StepCosts
 from reame.worker.speculative.setup import Speculation
 from tests.harness import start_server
 
@@ -87,7 +87,7 @@ def forced(model: Model) -> Engine:
 
 
 def run(
-    engine: Engine, request: str | list[ChatMessage], mode: str, sampling: SamplingParams,
+    engine: Engine, request: str | list[ChatMessage], mode: str | None, sampling: SamplingParams,
     monkeypatch: pytest.MonkeyPatch, fresh: bool = True,
 ) -> tuple[list[int], str, Done]:
     """Serve one request (from an empty cache if ``fresh``); return its tokens, text and Done."""
@@ -231,6 +231,30 @@ def test_seeded_sampling_with_lookup_is_reproducible(forced: Engine, monkeypatch
     sampling = SamplingParams(temperature=0.8, seed=99, max_tokens=24)
     first = run(forced, PROMPTS[0], SpeculativeMode.LOOKUP, sampling, monkeypatch)[0]
     assert run(forced, PROMPTS[0], SpeculativeMode.LOOKUP, sampling, monkeypatch)[0] == first
+
+
+def test_a_seeded_request_gives_the_same_text_whether_drafts_pay_on_the_worker_or_not(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each worker measures whether drafts pay (a busy machine's workers disagree): a seeded
+    request in the configured lookup mode draws the same tokens on a worker where they do not
+    (plain decoding) as in the speculative loop where they do, wherever no draft was verified
+    (a verified draft's batch numerics may tip a draw, as they may tip a greedy near tie)."""
+    paying, thrifty = (Engine(model, speculation=Speculation(SpeculativeMode.LOOKUP, 1, 15)) for _ in range(2))
+    assert paying.speculation is not None and thrifty.speculation is not None
+    paying.speculation.costs = DEFAULT_COSTS
+    # Every batch costs as many one-token decodes as it has tokens: no draft can pay.
+    thrifty.speculation.costs = StepCosts.from_timings({1: 0.01, 2: 0.02, 4: 0.04, 8: 0.08, 16: 0.16})
+    assert paying.speculation.lookup_pays and not thrifty.speculation.lookup_pays
+    compared = 0
+    for prompt in PROMPTS[4:]:
+        sampling = SamplingParams(temperature=0.8, seed=99, max_tokens=16)
+        drafted, plain = (run(engine, prompt, None, sampling, monkeypatch) for engine in (paying, thrifty))
+        assert plain[2].draft_tokens == 0
+        if drafted[2].draft_tokens == 0:
+            assert plain[1] == drafted[1]
+            compared += 1
+    assert compared
 
 
 def test_model_mode_without_a_draft_model_is_refused(forced: Engine) -> None:
