@@ -136,7 +136,7 @@ def test_serve_refuses_plain_tcp_off_this_machine(
 
 def test_serve_does_not_import_the_engine() -> None:
     # `reame serve` only supervises: importing the CLI and the arbiter must not pull llama_cpp.
-    code = "import sys, supervisor.cli, supervisor.arbiter; print('llama_cpp' in sys.modules)"
+    code = "import sys, reame.supervisor.cli, reame.supervisor.arbiter; print('llama_cpp' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=Path(__file__).resolve().parents[2])
     assert result.stdout.strip() == "False"
