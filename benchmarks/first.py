@@ -34,7 +34,9 @@ def run(setup: Setup) -> Section:
     progress = Progress(len(SIDES) * len(firsts), "first")
     timings: dict[str, list[Timing]] = {side: [] for side in SIDES}
     correct = {side: 0 for side in SIDES}
-    server = start_server(setup.tmp / "first", 1, **setup.overrides(workers_threads=str(setup.threads)))
+    # auto said outright: the harness starts servers in lossless unless told (benchmarks.server.start_server).
+    server = start_server(setup.tmp / "first", 1,
+                          **setup.overrides(workers_threads=str(setup.threads), compress_mode="auto"))
     try:
         client = server.client(timeout=900)
         # A server's first compressed request loads the gateway's tokenizer: not a document's cost.
