@@ -33,9 +33,15 @@ SCENARIOS: Final[dict[str, str]] = {
     "rag": "a retriever's documents in changing orders and company: chunk mode against llama-server --cache-reuse",
     "rag-exam": "chunk mode's accuracy: the fact exam with three documents a question, chunks against whole reads",
 }
+# Run only when named (`reame bench answers`): not by default nor in the --quick smoke test,
+# whose CI budget is tight; each measures one mechanism of reame alone, without the peer.
+DEEP: Final[dict[str, str]] = {
+    "answers": "answer cache: a repeated greedy request, fresh (worker) against a hit",
+}
 MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
                   "overhead": "overhead", "extract": "extract", "first": "first",
-                  "rag": "rag", "rag-exam": "rag_exam"}
+                  "rag": "rag", "rag-exam": "rag_exam",
+                  "answers": "answers"}
 
 
 def default_exam() -> Path:
@@ -48,7 +54,9 @@ def default_exam() -> Path:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenarios", metavar="SCENARIO", nargs="*",
-                        help="what to run (default: all): " + "; ".join(f"{k}: {v}" for k, v in SCENARIOS.items()))
+                        help="what to run (default: all of these): "
+                        + "; ".join(f"{k}: {v}" for k, v in SCENARIOS.items())
+                        + ". Run only when named: " + "; ".join(f"{k}: {v}" for k, v in DEEP.items()))
     parser.add_argument("--model", metavar="PATH", type=Path, help="GGUF model (default: the configured model)")
     parser.add_argument("--draft-model", metavar="PATH", type=Path,
                         help="draft GGUF for speculative model mode (same vocabulary)")
@@ -76,16 +84,16 @@ def run(args: argparse.Namespace) -> int:
     from reame.shared.config import ConfigError, load
     from reame.shared.model_file import ModelFileError, model_path
 
+    chosen = list(dict.fromkeys(args.scenarios)) or list(SCENARIOS)
+    refusal = unknown_scenarios(chosen)
+    if refusal:
+        print(f"reame bench: {refusal}", file=sys.stderr)
+        return 2
     try:
         config = load(None, environ={"REAME_MODEL_PATH": str(args.model)} if args.model else {})
         model = model_path(config).resolve()
     except (ConfigError, ModelFileError) as err:
         print(f"reame bench: {err}", file=sys.stderr)
-        return 2
-    chosen = list(dict.fromkeys(args.scenarios)) or list(SCENARIOS)
-    unknown = [name for name in chosen if name not in SCENARIOS]
-    if unknown:
-        print(f"reame bench: no scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}", file=sys.stderr)
         return 2
     sections: list[Section] = []
     failed: list[str] = []
@@ -95,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                       config.model.n_ctx, Path(tmp), llama_server.find(args.llama_server),
                       args.limit)
         for name in chosen:
-            print(f"\n== {name}: {SCENARIOS[name]}", flush=True)
+            print(f"\n== {name}: {describe(name)}", flush=True)
             try:
                 section = scenario(name)(setup)
             except Exception as err:
@@ -112,6 +120,18 @@ def run(args: argparse.Namespace) -> int:
     path = write(args.out, sections)
     print(f"report: {path}" + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
+
+
+def unknown_scenarios(chosen: list[str]) -> str:
+    """Why ``chosen`` is refused (names no scenario has), or "" when every name is known."""
+    unknown = [name for name in chosen if name not in SCENARIOS and name not in DEEP]
+    if not unknown:
+        return ""
+    return f"no scenario {', '.join(unknown)}; choose from {', '.join([*SCENARIOS, *DEEP])}"
+
+
+def describe(name: str) -> str:
+    return SCENARIOS.get(name) or DEEP[name]
 
 
 def command_line(chosen: list[str], args: argparse.Namespace) -> str:
