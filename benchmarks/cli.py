@@ -37,11 +37,12 @@ SCENARIOS: Final[dict[str, str]] = {
 # whose CI budget is tight; each measures one mechanism of reame alone, without the peer.
 DEEP: Final[dict[str, str]] = {
     "answers": "answer cache: a repeated greedy request, fresh (worker) against a hit",
+    "restart": "TTFT after a restart of reame on the same store, and where the restore goes",
 }
 MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
                   "overhead": "overhead", "extract": "extract", "first": "first",
                   "rag": "rag", "rag-exam": "rag_exam",
-                  "answers": "answers"}
+                  "answers": "answers", "restart": "restart"}
 
 
 def default_exam() -> Path:
