@@ -70,7 +70,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads of each server (default: the CPUs here)")
     parser.add_argument("--quick", action="store_true", help="a tiny run of each scenario (a smoke test)")
     parser.add_argument("--limit", metavar="N", type=int, default=0,
-                        help="rag-exam: the first N questions of each document's share, round robin (default: all)")
+                        help="rag-exam and exam: the first N questions of each document's share (default: all)")
+    parser.add_argument("--rounds", metavar="N", type=int, default=0,
+                        help="rounds of the scenarios that repeat a measurement (default: each scenario's own)")
+    parser.add_argument("--modes", metavar="LIST", default="",
+                        help="exam: compression modes, comma-separated, in this order (default: query,auto)")
+    parser.add_argument("--settle", action="store_true",
+                        help="exam: before each question wait until the server has nothing running (a reader "
+                        "between questions); by default questions follow each other back to back")
     parser.add_argument("--llama-server", metavar="PATH", type=Path, default=None,
                         help="llama.cpp's llama-server binary (default: $REAME_BENCH_LLAMA_SERVER, `make peer`'s "
                         "build, or llama-server on PATH); scenarios that compare with it skip it when none is found")
@@ -100,9 +107,10 @@ def run(args: argparse.Namespace) -> int:
     failed: list[str] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="reame-bench-") as tmp:
-        setup = Setup(model, args.draft_model, args.exam or default_exam(), args.out, args.threads, args.quick,
-                      config.model.n_ctx, Path(tmp), llama_server.find(args.llama_server),
-                      args.limit)
+        setup = Setup(model=model, draft_model=args.draft_model, exam=args.exam or default_exam(), out=args.out,
+                      threads=args.threads, quick=args.quick, n_ctx=config.model.n_ctx, tmp=Path(tmp),
+                      llama_server=llama_server.find(args.llama_server), limit=args.limit, rounds=args.rounds,
+                      modes=tuple(mode for mode in args.modes.split(",") if mode), settle=args.settle)
         for name in chosen:
             print(f"\n== {name}: {describe(name)}", flush=True)
             try:
@@ -137,7 +145,9 @@ def describe(name: str) -> str:
 
 def command_line(chosen: list[str], args: argparse.Namespace) -> str:
     """The options that shape the figures, as a user would type them (model files by name)."""
-    words = [*chosen, "--threads", str(args.threads), *(["--limit", str(args.limit)] if args.limit else [])]
+    words = [*chosen, "--threads", str(args.threads), *(["--limit", str(args.limit)] if args.limit else []),
+             *(["--rounds", str(args.rounds)] if args.rounds else []), *(["--modes", args.modes] if args.modes else []),
+             *(["--settle"] if args.settle else [])]
     for flag, path in (("--model", args.model), ("--draft-model", args.draft_model), ("--exam", args.exam)):
         if path:
             words += [flag, path.name]

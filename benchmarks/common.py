@@ -41,7 +41,10 @@ class Setup:
     n_ctx: int
     tmp: Path
     llama_server: Path | None = None  # llama.cpp's server binary, where one is built (benchmarks.llama_server)
-    limit: int = 0  # at most this many exam questions in rag-exam (0: all)
+    limit: int = 0  # at most this many exam questions a document in rag-exam and exam (0: all)
+    rounds: int = 0  # rounds of the scenarios that repeat their measurement (0: the scenario's own default)
+    modes: tuple[str, ...] = ()  # exam: the compression modes, in this order (empty: the scenario's own)
+    settle: bool = False  # exam: wait before each question until the server has nothing running
 
     def overrides(self, **extra: str) -> dict[str, str]:
         """Configuration overrides for a reame server on this run's model (REAME_<SECTION>_<KEY>)."""
