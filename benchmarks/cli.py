@@ -38,11 +38,15 @@ SCENARIOS: Final[dict[str, str]] = {
 DEEP: Final[dict[str, str]] = {
     "answers": "answer cache: a repeated greedy request, fresh (worker) against a hit",
     "restart": "TTFT after a restart of reame on the same store, and where the restore goes",
+    "back-to-back": "a new document's second question sent as soon as the first is answered, TTFT of the first's",
+    "lone": "a cold request alone: N workers x 1 thread lending their threads against 1 worker x N threads",
+    "metrics": "a /metrics scrape, idle and while 8 streams run",
 }
 MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
                   "overhead": "overhead", "extract": "extract", "first": "first",
                   "rag": "rag", "rag-exam": "rag_exam",
-                  "answers": "answers", "restart": "restart"}
+                  "answers": "answers", "restart": "restart",
+                  "back-to-back": "back_to_back", "lone": "lone", "metrics": "metrics"}
 
 
 def default_exam() -> Path:

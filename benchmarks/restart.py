@@ -46,8 +46,7 @@ def run(setup: Setup) -> Section:
                 server.stop()
     finally:
         progress.close()
-    log = (tmp / "serve.log").read_text(errors="replace").splitlines()
-    restores = [line.split("reame.worker.prefix_cache: ")[-1] for line in log if "restored" in line]
+    restores = server.restores()  # both starts: they share the run dir and its log
     cold = timings[0].ttft_s
     rows: list[list[Cell]] = [[label, t.ttft_s, ratio(t.ttft_s, cold), t.cached_tokens, t.prompt_tokens]
                               for label, t in zip(LABELS, timings, strict=True)]

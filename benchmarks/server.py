@@ -47,6 +47,7 @@ class Starts:
 STARTS = Starts()  # the test run prints these at its end (tests/conftest.py)
 
 READY_TIMEOUT_S = 120.0
+RESTORED = " prompt tokens from cache entry "  # worker.prefix_cache's line for a restore
 EXIT_TIMEOUT_S = 30.0
 
 
@@ -190,6 +191,17 @@ class Server:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-20000:]
+
+    def restores(self) -> list[str]:
+        """The log's ``restored N of M prompt tokens ...`` lines, one per prefix a worker restored from the store.
+
+        Each says where that restore's time went (lookup, transfer, decode, llama.cpp).
+        The whole log, every start of this run dir included: a restart appends to it.
+        """
+        if not self.log_path.exists():
+            return []
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return [line.split("reame.worker.prefix_cache: ")[-1] for line in lines if RESTORED in line]
 
     def stop(self) -> list[int]:
         """SIGTERM the server and wait; return the processes it left behind."""
