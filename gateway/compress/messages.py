@@ -15,7 +15,8 @@ Pure apart from the token counter it is given. Rules:
 - ``auto`` also returns the document prefix of what it sends (all before the
   excerpts, or only up to the last document when the question comes in a later
   message, as in a conversation), for a warm to read while a first question is
-  answered otherwise.
+  answered otherwise; a conversation's later turn (a reply after the last document)
+  gets no excerpts, so that its prompt extends the previous turn's.
 
 Since ``off``, ``lossless`` and ``facts`` compress a text the same way whatever
 follows it, a document sent before different questions gives the same compressed
@@ -123,7 +124,14 @@ def compress_messages(messages: list[ChatMessage], policy: Policy, *, warm: bool
                 saved += delta
         out.append(message)
     prefix: list[ChatMessage] | None = None
-    if policy.mode == CompressMode.AUTO and question and sources:
+    if policy.mode == CompressMode.AUTO and question and sources and later_turn(messages, last_document, last_user):
+        # A conversation's later turn restates nothing: the turn before was sent with its own
+        # excerpts, which the client's history no longer holds, so restating would make each turn
+        # read the previous question and reply again besides the new excerpts. Without them the
+        # prompt extends the previous turn's and reads only the new turn. Whether the document is
+        # read is still asked, of the messages up to it.
+        prefix = out[: last_document + 1]
+    elif policy.mode == CompressMode.AUTO and question and sources:
         quoted = _excerpts(sources, question, policy)
         if quoted:
             message = out[last_user]
@@ -142,6 +150,11 @@ def compress_messages(messages: list[ChatMessage], policy: Policy, *, warm: bool
             # the counters only grow).
             saved = max(0, saved - policy.count(quoted) - policy.count(EXCERPTS_HEADING) - 1)
     return Result(saved_tokens=saved, messages=out, prefix_messages=prefix or None)
+
+
+def later_turn(messages: list[ChatMessage], last_document: int, last_user: int) -> bool:
+    """Tell whether the question's message follows a reply given after the last document (a conversation)."""
+    return 0 <= last_document < last_user and any(m.role == "assistant" for m in messages[last_document + 1:last_user])
 
 
 def with_excerpts(content: str, quoted: str, final: str) -> str:

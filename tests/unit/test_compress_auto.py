@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from reame.gateway.compress import approximate_tokens, compress, excerpts
 from reame.gateway.compress.messages import (
     EXCERPTS_HEADING,
@@ -100,6 +102,21 @@ def test_in_a_conversation_the_prefix_ends_with_the_document_whatever_the_turns_
     for messages in (turns[:2], turns):
         result = compress_messages(messages, policy())
         assert result.prefix_messages == [ChatMessage("system", compress(DOCUMENT, "facts"))]
+
+
+def test_a_later_turn_of_a_conversation_extends_the_turn_before_without_excerpts() -> None:
+    # Restated excerpts would sit before each question and be gone from the next turn's history,
+    # so each turn would read the previous question and reply again.
+    first = [ChatMessage("system", DOCUMENT), ChatMessage("user", "How much is the deposit for an e-bike?")]
+    second = [*first, ChatMessage("assistant", "It is 50 euros."), ChatMessage("user", "When does the season end?")]
+    third = [*second, ChatMessage("assistant", "In October."), ChatMessage("user", "Can I pay by card?")]
+    results = [compress_messages(turn, policy()) for turn in (first, second, third)]
+    assert EXCERPTS_HEADING in (results[0].messages or [])[-1].content
+    for before, after in itertools.pairwise(results[1:]):
+        sent = after.messages or []
+        assert all(EXCERPTS_HEADING not in m.content for m in sent)
+        assert sent[: len(before.messages or [])] == before.messages
+    assert [r.prefix_messages for r in results] == [[ChatMessage("system", compress(DOCUMENT, "facts"))]] * 3
 
 
 def test_no_prefix_without_excerpts_or_in_another_mode() -> None:
