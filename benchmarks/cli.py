@@ -41,12 +41,15 @@ DEEP: Final[dict[str, str]] = {
     "back-to-back": "a new document's second question sent as soon as the first is answered, TTFT of the first's",
     "lone": "a cold request alone: N workers x 1 thread lending their threads against 1 worker x N threads",
     "metrics": "a /metrics scrape, idle and while 8 streams run",
+    "speculative-engine": "speculative decoding on the engine in this process: off, lookup, model, model forced",
+    "batch-costs": "a verification batch in one-token decodes, the weights mapped or read, repacked or not",
 }
 MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
                   "overhead": "overhead", "extract": "extract", "first": "first",
                   "rag": "rag", "rag-exam": "rag_exam",
                   "answers": "answers", "restart": "restart",
-                  "back-to-back": "back_to_back", "lone": "lone", "metrics": "metrics"}
+                  "back-to-back": "back_to_back", "lone": "lone", "metrics": "metrics",
+                  "speculative-engine": "speculative_engine", "batch-costs": "batch_costs"}
 
 
 def default_exam() -> Path:
@@ -64,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         + ". Run only when named: " + "; ".join(f"{k}: {v}" for k, v in DEEP.items()))
     parser.add_argument("--model", metavar="PATH", type=Path, help="GGUF model (default: the configured model)")
     parser.add_argument("--draft-model", metavar="PATH", type=Path,
-                        help="draft GGUF for speculative model mode (same vocabulary)")
+                        help="draft GGUF for speculative model mode (same vocabulary); batch-costs: a second "
+                        "model to measure")
     parser.add_argument("--exam", metavar="DIR", type=Path, default=None,
                         help="the fact exam: docs/*.txt and questions.jsonl (default: ../shared/eval)")
     parser.add_argument("--out", metavar="DIR", type=Path, default=Path("bench-report"),

@@ -1,4 +1,4 @@
-"""The prompts of `reame bench speculative` (and bench/bench_speculative.py): copying from the prompt, and chat."""
+"""The prompts of `reame bench speculative` and `speculative-engine`: copying from the prompt, and chat."""
 
 from __future__ import annotations
 
