@@ -32,6 +32,7 @@ SCENARIOS: Final[dict[str, str]] = {
     "first": "first question about a new document: auto against a cold read with compression off",
     "rag": "a retriever's documents in changing orders and company: chunk mode against llama-server --cache-reuse",
     "rag-exam": "chunk mode's accuracy: the fact exam with three documents a question, chunks against whole reads",
+    "conversation": "six turns about a document in the system message, back to back, against llama-server",
 }
 # Run only when named (`reame bench answers`): not by default nor in the --quick smoke test,
 # whose CI budget is tight; each measures one mechanism of reame alone, without the peer.
@@ -46,7 +47,7 @@ DEEP: Final[dict[str, str]] = {
 }
 MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
                   "overhead": "overhead", "extract": "extract", "first": "first",
-                  "rag": "rag", "rag-exam": "rag_exam",
+                  "rag": "rag", "rag-exam": "rag_exam", "conversation": "conversation",
                   "answers": "answers", "restart": "restart",
                   "back-to-back": "back_to_back", "lone": "lone", "metrics": "metrics",
                   "speculative-engine": "speculative_engine", "batch-costs": "batch_costs"}

@@ -114,9 +114,10 @@ class Timing:
     draft_tokens: int = 0  # usage.reame's speculative counts (reame only)
     accepted_draft_tokens: int = 0
     chunks: dict[str, int] = field(default_factory=dict)  # usage.reame.chunks (chunk mode)
+    compression: str = ""  # usage.reame.compression: the mode the gateway applied (query: excerpts only)
 
 
-def ask(client: openai.OpenAI, messages: list[dict[str, str]], max_tokens: int, **extra: Any) -> Timing:
+def ask(client: openai.OpenAI, messages: list[dict[str, Any]], max_tokens: int, **extra: Any) -> Timing:
     """Stream one greedy chat completion; time the first token, the last and the whole."""
     start = time.perf_counter()
     first = last = 0.0
@@ -152,7 +153,7 @@ def ask(client: openai.OpenAI, messages: list[dict[str, str]], max_tokens: int, 
     return Timing((first or end) - start, end - start, tokens, decode, cached,
                   usage.prompt_tokens if usage is not None else None, "".join(parts),
                   int(drafts.get("draft_tokens", 0)), int(drafts.get("accepted_draft_tokens", 0)),
-                  drafts.get("chunks") or {})
+                  drafts.get("chunks") or {}, str(drafts.get("compression", "")))
 
 
 def chat(document: str, question: str) -> list[dict[str, str]]:

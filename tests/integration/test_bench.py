@@ -29,11 +29,12 @@ TITLES = {
     "first": "## First question about a new document",
     "rag": "## Documents in changing orders and company",
     "rag-exam": "## Chunk mode's accuracy: the exam with three documents a question",
+    "conversation": "## A conversation about a document",
 }
 PLOTS = {"qa": "qa_ttft.png", "load": "load_latency_cdf.png", "compress": "compress_ttft.png",
          "speculative": "speculative_decode.png", "overhead": "overhead_ttft.png", "extract": "extract_decode.png",
          "first": "first_ttft.png", "rag": "rag_ttft.png",
-         "rag-exam": "rag_exam.png"}
+         "rag-exam": "rag_exam.png", "conversation": "conversation_ttft.png"}
 
 
 def test_every_scenario_runs_quick(tmp_path: Path) -> None:
