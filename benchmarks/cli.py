@@ -43,6 +43,7 @@ DEEP: Final[dict[str, str]] = {
     "lone": "a cold request alone: N workers x 1 thread lending their threads against 1 worker x N threads",
     "metrics": "a /metrics scrape, idle and while 8 streams run",
     "speculative-engine": "speculative decoding on the engine in this process: off, lookup, model, model forced",
+    "exam": "the fact exam in query and auto (--modes), back to back (--settle: with a reader's pauses)",
     "batch-costs": "a verification batch in one-token decodes, the weights mapped or read, repacked or not",
 }
 MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
@@ -50,7 +51,7 @@ MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "specul
                   "rag": "rag", "rag-exam": "rag_exam", "conversation": "conversation",
                   "answers": "answers", "restart": "restart",
                   "back-to-back": "back_to_back", "lone": "lone", "metrics": "metrics",
-                  "speculative-engine": "speculative_engine", "batch-costs": "batch_costs"}
+                  "speculative-engine": "speculative_engine", "batch-costs": "batch_costs", "exam": "exam_modes"}
 
 
 def default_exam() -> Path:
@@ -87,6 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--settle", action="store_true",
                         help="exam: before each question wait until the server has nothing running (a reader "
                         "between questions); by default questions follow each other back to back")
+    parser.add_argument("--hard", action="store_true",
+                        help="exam: also ask the harder questions of benchmarks/hard_questions.jsonl (near-miss "
+                        "numbers, negations, conditions) about the exam's documents")
     parser.add_argument("--llama-server", metavar="PATH", type=Path, default=None,
                         help="llama.cpp's llama-server binary (default: $REAME_BENCH_LLAMA_SERVER, `make peer`'s "
                         "build, or llama-server on PATH); scenarios that compare with it skip it when none is found")
@@ -119,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
         setup = Setup(model=model, draft_model=args.draft_model, exam=args.exam or default_exam(), out=args.out,
                       threads=args.threads, quick=args.quick, n_ctx=config.model.n_ctx, tmp=Path(tmp),
                       llama_server=llama_server.find(args.llama_server), limit=args.limit, rounds=args.rounds,
-                      modes=tuple(mode for mode in args.modes.split(",") if mode), settle=args.settle)
+                      modes=tuple(mode for mode in args.modes.split(",") if mode), settle=args.settle,
+                      hard=args.hard)
         for name in chosen:
             print(f"\n== {name}: {describe(name)}", flush=True)
             try:
@@ -156,7 +161,7 @@ def command_line(chosen: list[str], args: argparse.Namespace) -> str:
     """The options that shape the figures, as a user would type them (model files by name)."""
     words = [*chosen, "--threads", str(args.threads), *(["--limit", str(args.limit)] if args.limit else []),
              *(["--rounds", str(args.rounds)] if args.rounds else []), *(["--modes", args.modes] if args.modes else []),
-             *(["--settle"] if args.settle else [])]
+             *(["--settle"] if args.settle else []), *(["--hard"] if args.hard else [])]
     for flag, path in (("--model", args.model), ("--draft-model", args.draft_model), ("--exam", args.exam)):
         if path:
             words += [flag, path.name]

@@ -45,6 +45,7 @@ class Setup:
     rounds: int = 0  # rounds of the scenarios that repeat their measurement (0: the scenario's own default)
     modes: tuple[str, ...] = ()  # exam: the compression modes, in this order (empty: the scenario's own)
     settle: bool = False  # exam: wait before each question until the server has nothing running
+    hard: bool = False  # exam: also ask benchmarks/hard_questions.jsonl's questions about the exam's documents
 
     def overrides(self, **extra: str) -> dict[str, str]:
         """Configuration overrides for a reame server on this run's model (REAME_<SECTION>_<KEY>)."""

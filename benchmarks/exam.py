@@ -1,4 +1,4 @@
-"""The fact exam (``--exam DIR``: ``docs/*.txt`` and ``questions.jsonl``) and its grading, as in bench/eval_compress.py.
+"""The fact exam (``--exam DIR``: ``docs/*.txt`` and ``questions.jsonl``) and its grading.
 
 Only the first non-empty line of a reply is graded: OK (``accept`` matches, ``reject``
 does not), HALLU (``reject`` matches), MISS. A fact is retained by a compression mode
