@@ -18,7 +18,7 @@ The scheduler applies these rules, with this module's bookkeeping:
   most one batch;
 - what has been read is remembered (:class:`Known`): the prefix links of every prompt
   a worker finished and stored, and the pieces of every chat read in chunk mode
-  (dispatcher.affinity.chunk_digests), so the gateway can ask (StatusQuery.prefix,
+  (shared.affinity.chunk_digests), so the gateway can ask (StatusQuery.prefix,
   StatusQuery.chunks) whether a document is read before it chooses how to send a
   question about it: in chunk mode a document is read when all its pieces are,
   whatever it was read with.
@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Final
 
-from reame.dispatcher import affinity
+from reame.shared import affinity
 
 # Warms waiting for idle cores; more are dropped (the next question sends another).
 QUEUE_SIZE: Final = 64
@@ -73,7 +73,7 @@ class Known:
             self._chunks.popitem(last=False)
 
     def chunks_known(self, digests: Sequence[bytes]) -> int:
-        """Return how many of ``digests`` (pieces, dispatcher.affinity.chunk_digests) are known stored."""
+        """Return how many of ``digests`` (pieces, shared.affinity.chunk_digests) are known stored."""
         known = 0
         for digest in digests:
             if digest in self._chunks:
@@ -92,22 +92,6 @@ class Counters:
     started: int = 0  # warms sent to a worker (again after each pre-emption)
     finished: int = 0  # ...that read their whole prompt
     preempted: int = 0  # ...that stopped for a user request, to resume later
-
-
-def is_read(read_chars: int, total_chars: int) -> bool:
-    """Tell whether a prompt of ``total_chars`` characters is read when ``read_chars`` of it are: all of it.
-
-    Not most of it: a question's ``query`` form may share all but a few lines with the
-    document (a short one), and reading those few lines is what makes the question slow.
-    The warm's prompt ends where its document ends in ``auto``'s prompt (gateway.warming),
-    so its affinity pieces, the last one included, are those of that prompt.
-    """
-    return total_chars > 0 and read_chars >= total_chars
-
-
-def chunks_read(known: int, digests: Sequence[bytes]) -> bool:
-    """Tell whether a chat in chunk mode is read when ``known`` of its pieces ``digests`` are: all, and it has some."""
-    return bool(digests) and known >= len(digests)
 
 
 def key(chain: affinity.Chain) -> bytes | None:
@@ -136,7 +120,7 @@ class Background:
             return "the prompt is empty"
         if self.warming(chain):
             return "a background read of this prompt is already queued or under way"
-        if is_read(read_chars, chain[-1].chars):
+        if affinity.is_read(read_chars, chain[-1].chars):
             return "this prompt is read already"
         if len(self.queue) >= self.queue_size:
             return f"the background queue ({self.queue_size}) is full"

@@ -2,7 +2,7 @@
 
 A worker keeps the KV state of the last prompt it read (worker.kv), so the
 dispatcher remembers, per worker, the chain of the prompt it holds or is reading
-(dispatcher.affinity) and prefers the idle worker sharing the most text with a
+(shared.affinity) and prefers the idle worker sharing the most text with a
 request (a short chat's previous turn counts too). When a busy worker holds at least MIN_SHARE_CHARS more of it than any
 idle one, the request may wait for that worker rather than have the text read a
 second time, but only for as long as reading it again would take: AFFINITY_SLACK
@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Final
 
-from reame.dispatcher import affinity
+from reame.shared import affinity
 from reame.shared import protocol as p
 
 # Less shared text than this is read again sooner than it is worth waiting for.

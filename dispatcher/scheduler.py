@@ -40,11 +40,12 @@ from typing import Final
 
 import msgspec
 
-from reame.dispatcher import affinity, threads
+from reame.dispatcher import threads
 from reame.dispatcher.background import Background
 from reame.dispatcher.placement import AFFINITY_SLACK, MIN_SHARE_CHARS, Placement
 from reame.dispatcher.state import Dest, Request, Send, Worker, error
 from reame.dispatcher.warms import Warms
+from reame.shared import affinity
 from reame.shared import protocol as p
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 from typing import NamedTuple
 
-from reame.dispatcher import affinity
+from reame.shared import affinity
 from reame.shared import protocol as p
 
 

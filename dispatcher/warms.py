@@ -11,11 +11,12 @@ import collections
 import logging
 from collections.abc import Iterable
 
-from reame.dispatcher import affinity
-from reame.dispatcher.background import Background, chunks_read, is_read
+from reame.dispatcher.background import Background
 from reame.dispatcher.placement import Placement
 from reame.dispatcher.state import Dest, Request, Send, Worker, error
+from reame.shared import affinity
 from reame.shared import protocol as p
+from reame.shared.affinity import chunks_read, is_read
 
 log = logging.getLogger(__name__)
 

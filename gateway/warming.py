@@ -4,7 +4,7 @@
 relevant to the question (gateway.compress.messages): once the document's KV state
 is cached, a question reads only those lines. The first question about a document
 would read all of it, so before sending, the gateway asks the dispatcher (one
-StatusQuery with the document prefix's affinity links, dispatcher.affinity) whether
+StatusQuery with the document prefix's affinity links, shared.affinity) whether
 a worker holds that prefix, is reading it for a user, or the store has it:
 
 - read: the ``auto`` prompt is sent (``usage.reame.compression`` "auto");
@@ -33,11 +33,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
-from reame.dispatcher import affinity
-from reame.dispatcher.background import chunks_read, is_read
 from reame.gateway.compress.messages import Result, compress_messages, compress_prompt
 from reame.gateway.compression import Compressor
-from reame.shared import protocol
+from reame.shared import affinity, protocol
+from reame.shared.affinity import chunks_read, is_read
 from reame.shared.modes import CompressMode
 from reame.shared.protocol import ChatMessage, Generate, SamplingParams
 

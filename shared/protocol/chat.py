@@ -204,9 +204,9 @@ class Cancel(Struct, frozen=True):
 class StatusQuery(Struct, frozen=True):
     """Ask for the dispatcher's Status.
 
-    ``prefix`` (dispatcher.affinity links: digest, characters) also asks how much of
+    ``prefix`` (shared.affinity links: digest, characters) also asks how much of
     that prompt prefix is known to be read (Status.prefix_chars, prefix_warming);
-    ``chunks`` (dispatcher.affinity.chunk_digests) how many of those pieces of a chat
+    ``chunks`` (shared.affinity.chunk_digests) how many of those pieces of a chat
     in chunk mode are (Status.chunks_known).
     """
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from reame.dispatcher import affinity
 from reame.dispatcher.placement import (
     AFFINITY_SLACK,
     DEFAULT_PREFILL_CHARS_PER_S,
@@ -14,6 +13,7 @@ from reame.dispatcher.placement import (
 )
 from reame.dispatcher.scheduler import Scheduler
 from reame.dispatcher.state import Dest, Send
+from reame.shared import affinity
 from reame.shared import protocol as p
 
 T0 = 1000.0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
-from reame.dispatcher import affinity
 from reame.dispatcher.background import Known
 from reame.dispatcher.scheduler import Scheduler
 from reame.dispatcher.state import Dest, Send
+from reame.shared import affinity
 from reame.shared import protocol as p
 
 T0 = 1000.0

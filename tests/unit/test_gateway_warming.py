@@ -7,14 +7,13 @@ from collections.abc import Sequence
 import falcon.testing
 import pytest
 
-from reame.dispatcher import affinity
 from reame.gateway.app import create_app
 from reame.gateway.client import Dispatcher
 from reame.gateway.compress.messages import compress_messages, compress_prompt
 from reame.gateway.compression import Compressor, Savings
 from reame.gateway.tokenizer import Tokenizer
 from reame.gateway.warming import Choice, Decision, Warming, decide
-from reame.shared import config, protocol
+from reame.shared import affinity, config, protocol
 from reame.shared.modes import CompressMode
 from reame.shared.protocol import ChatMessage
 from tests.unit.fakes import LIVENESS_S, FakeDispatcher

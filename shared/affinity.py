@@ -19,6 +19,10 @@ each piece it is cut into (shared.chunking, as the worker cuts it) is also named
 alone, by :func:`chunk_digests`: the dispatcher remembers the pieces of the chats
 read in chunk mode, and a document is read when all its pieces are.
 
+The gateway names a document's prefix and pieces the same way to ask the dispatcher
+whether it is read (gateway.warming), and both tell "read" by :func:`is_read` and
+:func:`chunks_read`: that is why this lives in shared/.
+
 Token blocks would name prefixes exactly, but the dispatcher would have to hold the
 vocabulary and tokenize every prompt in its one loop; paragraphs are what documents
 share, and a question appended to a document starts a new paragraph or message.
@@ -107,6 +111,22 @@ def shared_chars(a: Sequence[Link], b: Sequence[Link]) -> int:
         else:
             high = middle - 1
     return a[low - 1].chars if low else 0
+
+
+def is_read(read_chars: int, total_chars: int) -> bool:
+    """Tell whether a prompt of ``total_chars`` characters is read when ``read_chars`` of it are: all of it.
+
+    Not most of it: a question's ``query`` form may share all but a few lines with the
+    document (a short one), and reading those few lines is what makes the question slow.
+    The warm's prompt ends where its document ends in ``auto``'s prompt (gateway.warming),
+    so its affinity pieces, the last one included, are those of that prompt.
+    """
+    return total_chars > 0 and read_chars >= total_chars
+
+
+def chunks_read(known: int, digests: Sequence[bytes]) -> bool:
+    """Tell whether a chat in chunk mode is read when ``known`` of its pieces ``digests`` are: all, and it has some."""
+    return bool(digests) and known >= len(digests)
 
 
 def _pieces(generate: p.Generate) -> Iterator[str]:
