@@ -100,7 +100,8 @@ class Scheduler(Warms):
             reused_from_store=self.placement.counters.reused_from_store,
             affinity_waits=self.placement.counters.affinity_waits,
             worker_states=[
-                p.WorkerState(w.name, w.request_id is not None, w.served, *self.placement.held(w.identity))
+                p.WorkerState(w.name, w.request_id is not None, w.served, *self.placement.held(w.identity),
+                              fingerprint=w.fingerprint, draft_fingerprint=w.draft_fingerprint)
                 for w in self._workers.values()
             ],
             warms_started=warms.started, warms_finished=warms.finished, warms_preempted=warms.preempted,
@@ -139,7 +140,8 @@ class Scheduler(Warms):
             # it was running is gone.
             sends += self._remove_worker(known, now, "announced itself again")
         worker = Worker(identity, f"{ready.worker_id} (pid {ready.pid})", now + self._ttl,
-                         threads=ready.threads, host=ready.host, lent=ready.threads)
+                         threads=ready.threads, host=ready.host, lent=ready.threads,
+                         fingerprint=ready.fingerprint, draft_fingerprint=ready.draft_fingerprint)
         self._workers[identity] = worker
         self._idle[identity] = None
         log.info(

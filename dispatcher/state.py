@@ -33,6 +33,8 @@ class Worker:
     host: str = ""
     lent: int = 1  # the threads it was last told to use
     served: int = 0  # requests it finished
+    fingerprint: bytes = b""  # its model's and its draft model's (Ready), reported in Status
+    draft_fingerprint: bytes = b""
 
 
 @dataclasses.dataclass

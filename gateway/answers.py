@@ -12,8 +12,9 @@ at its Done, sends the whole answer to the cachekeeper (AnswerPut, not awaited).
 
 Eligible: temperature 0, or a seed (any temperature), not a warm request, and
 neither ``reame.answer_cache`` nor ``reame.cache`` false. The key hashes the model
-(its fingerprint, computed as the worker computes it, and the configuration that
-can change the text: context, batch, KV type, speculative settings, threads), the
+(the fingerprints its workers report, through the dispatcher's Status, and the
+configuration that can change the text: context, batch, KV type, speculative
+settings, threads), the
 cache scope (the API key's under ``per_key``, and the salt), the prompt or messages
 *after* compression (with the model and its chat template, that text determines the
 prompt tokens), the sampling parameters (seed, stop, max_tokens, logit_bias,
@@ -28,7 +29,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Final
 
 import msgspec
@@ -60,25 +60,26 @@ def eligible(request: Generate, answer_cache: bool = True) -> bool:
     return deterministic and answer_cache and request.cache and not request.warm
 
 
-def model_identity(config: Config) -> bytes:
-    """Hash what about the model and the configuration can change a reply's text.
+def model_identity(config: Config, status: protocol.Status | None) -> bytes | None:
+    """Hash what about the model and the configuration can change a reply's text; None while it is unknown.
 
-    Reads the model file as the worker's fingerprint does (a few MiB), so call it once.
+    The model is named by the fingerprints its workers announced (Ready.fingerprint and
+    draft_fingerprint, which the dispatcher reports in ``status``): the gateway loads no
+    model. None when the dispatcher did not answer, no worker is attached, or the workers
+    disagree (another model file while they restart): then nothing is looked up or stored.
     """
-    # Imported here: they load llama.cpp, which the gateway needs only for this.
-    from reame.shared.model_file import model_path
-    from reame.worker.fingerprint import model_fingerprint
-    from reame.worker.model import needs_flash_attention
-
-    kv_type = config.memory.kv_type
-    flash = needs_flash_attention(kv_type)
+    prints = {(w.fingerprint, w.draft_fingerprint) for w in status.worker_states} if status is not None else set()
+    if len(prints) != 1:
+        return None
+    fingerprint, draft_fingerprint = prints.pop()
+    if not fingerprint:
+        return None
     h = hashlib.blake2b(digest_size=32, person=_PERSON)
-    h.update(model_fingerprint(model_path(config), kv_type, flash))
-    s = config.speculative
-    if s.draft_model_path:  # the draft model picks the draft lengths, which can tip a near tie
-        h.update(model_fingerprint(Path(s.draft_model_path).expanduser(), kv_type, flash))
-    m = config.model
-    settings = (m.n_ctx, m.n_batch, m.special_tokens_in_prompt, kv_type, config.workers.threads,
+    h.update(fingerprint)
+    if draft_fingerprint:  # the draft model picks the draft lengths, which can tip a near tie
+        h.update(draft_fingerprint)
+    m, s = config.model, config.speculative
+    settings = (m.n_ctx, m.n_batch, m.special_tokens_in_prompt, config.memory.kv_type, config.workers.threads,
                 s.mode.value, s.draft_min, s.draft_max)
     h.update(msgspec.msgpack.encode(settings))
     return h.digest()
@@ -151,7 +152,8 @@ class AnswerCache:
 
     def __init__(
         self, config: Config, address: str | None, context: zmq.Context[zmq.Socket[bytes]],
-        keys: endpoints.LinkKeys = endpoints.PLAIN, identity: Callable[[Config], bytes] = model_identity,
+        keys: endpoints.LinkKeys = endpoints.PLAIN, *,
+        identity: Callable[[Config], bytes | None],  # model_identity, with the dispatcher's Status
     ) -> None:
         # None: off (cache.answers or cache.enabled false, or no cachekeeper at all)
         self.address = address if config.cache.answers else None
@@ -192,13 +194,12 @@ class AnswerCache:
         return None if identity is None else answer_key(identity, request)
 
     def identity(self) -> bytes | None:
+        """The model's identity, asked for until it is known (a worker reported its fingerprint), then kept."""
         with self._lock:
             if self._identity is None and self.address is not None:
-                try:
-                    self._identity = self._identity_of(self._config)
-                except Exception as err:  # the model file went away, llama.cpp missing...
-                    log.warning("the answer cache is off: cannot fingerprint the model: %s", err)
-                    self.address = None
+                self._identity = self._identity_of(self._config)
+                if self._identity is None:
+                    log.debug("no answer cache for this request: the workers' model fingerprint is not known yet")
             return self._identity
 
     def lookup(self, key: str, request_id: str) -> Reply | None:

@@ -14,7 +14,7 @@ import falcon
 from gunicorn.http.errors import ParseException
 
 from reame.gateway import auth, body_encoding, bounds, errors, responses, sse, validation
-from reame.gateway.answers import AnswerCache
+from reame.gateway.answers import AnswerCache, model_identity
 from reame.gateway.choice_stream import ChoicesStream
 from reame.gateway.choices import choice_usage, seeded
 from reame.gateway.client import Call, Dispatcher
@@ -149,7 +149,9 @@ class _Generation:
         self.dispatcher = dispatcher
         if settings.answers is None:
             settings.answers = AnswerCache(
-                settings.config, dispatcher.cache.address, dispatcher.context, dispatcher.keys
+                settings.config, dispatcher.cache.address, dispatcher.context, dispatcher.keys,
+                # The model as the workers named it (Ready.fingerprint): the gateway loads none.
+                identity=lambda config: model_identity(config, dispatcher.status(PROBE_TIMEOUT_S)),
             )
         self.answers = settings.answers
         self.warming = Warming(

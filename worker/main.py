@@ -134,6 +134,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot load the draft model: %s", err)
         model.close()
         return EXIT_BOOT_FAILURE
+    draft = speculation.draft
+    try:
+        draft_fingerprint = b"" if draft is None else model_fingerprint(draft.path, draft.kv_type, draft.flash_attn)
+    except OSError as err:
+        log.error("cannot read the draft model file %s: %s", draft.path if draft else "", err)
+        speculation.close()
+        model.close()
+        return EXIT_BOOT_FAILURE
     engine = Engine(
         model, shutting_down=lambda: stop.is_set, speculation=speculation,
         special_in_prompt=config.model.special_tokens_in_prompt,
@@ -156,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     hello = Ready(
         worker_id=f"w{args.index}-{pid}", pid=pid, model=model_alias(config), n_ctx=model.n_ctx,
         threads=config.workers.threads, host=socket.gethostname(),
+        # The gateway keys its answer cache by both (gateway.answers).
+        fingerprint=fingerprint, draft_fingerprint=draft_fingerprint,
     )
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     link = Link(context, config.backend_address, hello, on_threads=model.use_threads, keys=keys)

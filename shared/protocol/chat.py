@@ -90,7 +90,13 @@ class SamplingParams(Struct, frozen=True):
 
 
 class Ready(Struct, frozen=True):
-    """A worker announces itself (again after every reconnect)."""
+    """A worker announces itself (again after every reconnect).
+
+    ``fingerprint`` names its model as its KV entries are filed under (worker.fingerprint:
+    the file's content, the KV layout, the llama-cpp-python version), ``draft_fingerprint``
+    its draft model's (b"" without one); the dispatcher reports both (WorkerState), so the
+    gateway keys its answer cache by them without loading the model (gateway.answers).
+    """
 
     KIND: ClassVar[Kind] = Kind.READY
     worker_id: str
@@ -99,6 +105,8 @@ class Ready(Struct, frozen=True):
     n_ctx: int
     threads: int = 1  # its own share of the cores: workers.threads
     host: str = ""  # workers on one host lend each other their threads
+    fingerprint: bytes = b""
+    draft_fingerprint: bytes = b""
 
 
 class Heartbeat(Struct, frozen=True):
@@ -223,6 +231,8 @@ class WorkerState(Struct, frozen=True):
     served: int  # requests it finished since it attached
     held_chars: int = 0  # characters of the prompt whose KV state it holds
     held_prefix: str = ""  # a short hash naming that prompt ("" when it holds none)
+    fingerprint: bytes = b""  # its model's and its draft model's, as it announced them (Ready)
+    draft_fingerprint: bytes = b""
 
 
 class Status(Struct, frozen=True):

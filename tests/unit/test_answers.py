@@ -18,7 +18,15 @@ from reame.cachekeeper.admin import offline
 from reame.cachekeeper.answers import AnswerStore, answer, decode_file, encode_file
 from reame.cachekeeper.server import Keeper
 from reame.cachekeeper.store import Store
-from reame.gateway.answers import AnswerCache, ReplayCall, answer_key, decode_reply, eligible, encode_reply
+from reame.gateway.answers import (
+    AnswerCache,
+    ReplayCall,
+    answer_key,
+    decode_reply,
+    eligible,
+    encode_reply,
+    model_identity,
+)
 from reame.gateway.errors import APIError
 from reame.gateway.responses import Usage
 from reame.gateway.validation import parse_chat
@@ -85,6 +93,24 @@ def test_the_model_changes_the_key_and_the_request_id_does_not() -> None:
     # 0 sent as an integer is the same request as 0.0
     as_int = msgspec.structs.replace(BASE, sampling=msgspec.structs.replace(GREEDY, temperature=0))
     assert answer_key(ID, as_int) == answer_key(ID, BASE)
+
+
+def test_the_model_is_named_by_the_fingerprints_the_workers_report() -> None:
+    config = load(None, environ={})
+
+    def status(*prints: tuple[bytes, bytes]) -> p.Status:
+        states = [p.WorkerState(f"w{i}", busy=False, served=0, fingerprint=f, draft_fingerprint=d)
+                  for i, (f, d) in enumerate(prints)]
+        return p.Status(workers=len(states), idle_workers=len(states), queued=0, running=0, worker_states=states)
+
+    one = model_identity(config, status((ID, b""), (ID, b"")))
+    assert one is not None and one == model_identity(config, status((ID, b"")))
+    assert model_identity(config, status((ID, b"\x03" * 32))) not in (None, one)  # a draft model counts
+    other_layout = dataclasses.replace(config, memory=dataclasses.replace(config.memory, kv_type="q8_0"))
+    assert model_identity(other_layout, status((ID, b""))) != one
+    # Unknown: the dispatcher is silent, no worker is attached, one says nothing, or they disagree.
+    for unknown in (None, status(), status((b"", b"")), status((ID, b""), (b"\x02" * 32, b""))):
+        assert model_identity(config, unknown) is None
 
 
 def test_a_replay_is_the_same_messages_marked_as_a_hit() -> None:

@@ -18,6 +18,7 @@ SAMPLING = p.SamplingParams(
 MESSAGES: list[p.Message] = [
     p.Ready(worker_id="w0-1", pid=1, model="m", n_ctx=4096),
     p.Ready(worker_id="w0-1", pid=1, model="m", n_ctx=4096, threads=2, host="vm-1"),
+    p.Ready(worker_id="w0-1", pid=1, model="m", n_ctx=4096, fingerprint=b"\x01" * 32, draft_fingerprint=b"\x02" * 32),
     p.Heartbeat(),
     p.Disconnect(),
     p.Generate(request_id="r1", sampling=SAMPLING, deadline=1.5, prompt="hi"),
@@ -48,6 +49,9 @@ MESSAGES: list[p.Message] = [
     p.Status(workers=2, idle_workers=1, queued=0, running=1),
     p.Status(workers=1, idle_workers=0, queued=0, running=1, worker_states=[
         p.WorkerState("w-0 (pid 7)", busy=True, served=3, held_chars=4096, held_prefix="a1b2c3d4e5f6"),
+    ]),
+    p.Status(workers=1, idle_workers=1, queued=0, running=0, worker_states=[
+        p.WorkerState("w-0 (pid 7)", busy=False, served=0, fingerprint=b"\x01" * 32, draft_fingerprint=b""),
     ]),
     p.Status(workers=2, idle_workers=1, queued=0, running=1, full_prefills=3, reused_from_memory=2,
              reused_from_store=1, affinity_waits=4),
