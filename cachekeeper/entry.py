@@ -174,9 +174,3 @@ class EntryWriter:
             self._fd = -1
         self.temp_path.unlink(missing_ok=True)
 
-
-def write_entry(path: Path, header: EntryHeader, payload: bytes) -> int:
-    """Write a whole entry atomically; return its size on disk."""
-    writer = EntryWriter(path, header)
-    writer.write(payload)
-    return writer.commit()

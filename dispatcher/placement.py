@@ -39,7 +39,6 @@ class Counters:
     full_prefills: int = 0  # requests that read most of their prompt (reused less than half)
     reused_from_memory: int = 0  # the others, whose reuse came from the worker's memory
     reused_from_store: int = 0  # ...or from the store
-    affinity_hits: int = 0  # requests sent to a worker holding at least MIN_SHARE_CHARS of them
     affinity_waits: int = 0  # requests that waited for a busy worker holding their text
 
 
@@ -52,11 +51,6 @@ class Placement:
         self._rate = DEFAULT_PREFILL_CHARS_PER_S  # characters a second
         self._rate_observed = False
         self.counters = Counters()
-
-    def share(self, worker: bytes, chain: affinity.Chain) -> int:
-        """Return the characters of ``chain`` that ``worker`` holds, counting less than MIN_SHARE_CHARS as none."""
-        shared = affinity.shared_chars(self._holds.get(worker, ()), chain)
-        return shared if shared >= MIN_SHARE_CHARS else 0
 
     def best(self, candidates: Iterable[bytes], chain: affinity.Chain) -> tuple[bytes | None, int]:
         """Return the candidate holding the most of ``chain`` (the first among equals) and how much it holds."""
@@ -93,8 +87,6 @@ class Placement:
 
     def assigned(self, worker: bytes, chain: affinity.Chain) -> None:
         """Note that ``worker`` is reading ``chain`` now."""
-        if self.share(worker, chain):
-            self.counters.affinity_hits += 1
         self._holds[worker] = chain
 
     def finished(self, worker: bytes, chain: affinity.Chain, done: p.Done | None, *, count: bool = True) -> None:

@@ -251,10 +251,6 @@ class Scheduler(Warms):
 
     # -- the passing of time -------------------------------------------------
 
-    def tick(self, now: float) -> list[Send]:
-        """Purge what has expired, then send heartbeats if they are due."""
-        return self.purge_expired(now) + self.heartbeats(now)
-
     def purge_expired(self, now: float) -> list[Send]:
         """Remove silent workers, fail queued requests whose deadline passed, end waits that ran out."""
         sends: list[Send] = []

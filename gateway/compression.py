@@ -11,12 +11,11 @@ import dataclasses
 import logging
 import threading
 
-from reame.gateway.compress.messages import Policy, Result, compress_messages, compress_prompt
+from reame.gateway.compress.messages import Policy, Result
 from reame.gateway.tokenizer import Tokenizer
 from reame.shared.config import Config
 from reame.shared.model_file import ModelFileError, model_path
 from reame.shared.modes import CompressMode
-from reame.shared.protocol import ChatMessage
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +51,7 @@ SAVINGS = Savings()
 
 
 class Compressor:
-    """Compress requests as configured, counting tokens with the served model's vocabulary."""
+    """The configured compression policy, counting tokens with the served model's vocabulary."""
 
     def __init__(self, config: Config, tokenizer: Tokenizer | None = None, savings: Savings = SAVINGS) -> None:
         self.settings = config.compress
@@ -69,15 +68,3 @@ class Compressor:
         """The policy for a request asking for ``mode`` (None: the configured one)."""
         s = self.settings
         return Policy(mode or s.mode, s.min_tokens, s.query_budget, self.tokenizer.count, s.excerpt_budget)
-
-    def messages(self, messages: list[ChatMessage], mode: CompressMode | None, *, warm: bool = False) -> Result:
-        """Compress a chat request's messages."""
-        result = compress_messages(messages, self.policy(mode), warm=warm)
-        self.savings.add(result)
-        return result
-
-    def prompt(self, prompt: str, mode: CompressMode | None, *, warm: bool = False) -> Result:
-        """Compress a raw completions prompt."""
-        result = compress_prompt(prompt, self.policy(mode), warm=warm)
-        self.savings.add(result)
-        return result

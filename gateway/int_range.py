@@ -4,9 +4,8 @@ JSON integers have no leading zeros, so a range is cut into runs of the same dig
 count, and each run into prefixes with a free tail, the way a regex for a numeric
 range is built by hand (llama.cpp's json-schema-to-grammar does the same). The
 result is a list of alternatives, each a list of character classes (``"0-9"``,
-``"5"``, ``"1-9"``) with a trailing ``*`` for "any number of these": the same text
-is a GBNF class and a Python regex class, so tests check it against Python's
-integers directly.
+``"5"``, ``"1-9"``) with a trailing ``*`` for "any number of these", rendered by
+:func:`gbnf`; tests match that grammar against Python's integers directly.
 """
 
 from __future__ import annotations
@@ -82,12 +81,3 @@ def _gbnf_class(item: str) -> str:
     star = item.endswith("*")
     return f"[{item.rstrip('*')}]" + ("*" if star else "")
 
-
-def regex(alternatives: list[Alternative]) -> str:
-    """Render the alternatives as a Python regex (for tests and checks)."""
-    def one(item: str) -> str:
-        if item == "-":
-            return "-"
-        return f"[{item.rstrip('*')}]" + ("*" if item.endswith("*") else "")
-
-    return "(?:" + "|".join("".join(one(item) for item in alt) for alt in alternatives) + ")"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgpack
@@ -251,10 +251,3 @@ class PayloadDecoder:
         joined[1::2] = planes[half:]
         return joined
 
-
-def decode_payload(header: EntryHeader, chunks: Iterable[Buffer]) -> bytes | bytearray:
-    """Return the raw KV state from an entry's compressed chunks, or raise CorruptEntry."""
-    decoder = PayloadDecoder(header)
-    for chunk in chunks:
-        decoder.feed(chunk)
-    return decoder.finish()

@@ -30,8 +30,6 @@ _ENTRY_PERSON: Final = b"reame-entry"
 _SCOPE_PERSON: Final = b"reame-scope"
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
-# Slices compared at once by common_prefix_len: list equality runs in C.
-_COMPARE_STRIDE: Final = 256
 
 
 def token_bytes(tokens: Sequence[int]) -> bytes:
@@ -104,18 +102,3 @@ def entry_key(fingerprint: bytes, tokens: Sequence[int]) -> str:
 def is_entry_key(text: str) -> bool:
     """Tell whether ``text`` has the shape of an entry key (lower-case hex of HASH_BYTES)."""
     return len(text) == 2 * HASH_BYTES and all(c in "0123456789abcdef" for c in text)
-
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    """Return how many leading tokens ``a`` and ``b`` have in common."""
-    # Slices of a list and a tuple never compare equal: compare like with like.
-    a, b = tuple(a), tuple(b)
-    limit = min(len(a), len(b))
-    start = 0
-    # Skip equal strides with C-level slice comparison, then walk the first unequal one.
-    while start + _COMPARE_STRIDE <= limit and a[start : start + _COMPARE_STRIDE] == b[start : start + _COMPARE_STRIDE]:
-        start += _COMPARE_STRIDE
-    for i in range(start, limit):
-        if a[i] != b[i]:
-            return i
-    return limit

@@ -4,8 +4,8 @@ The dispatcher starts first, then the cachekeeper (when the cache is enabled),
 then the workers, then the gateway; they stop in the reverse order. Signal
 handlers only record the signal and wake the main loop through a pipe; the
 loop reaps children with ``waitpid(-1, WNOHANG)`` and restarts the dead ones
-after an exponential backoff. The "serving" line is logged once the gateway's
-port accepts connections. A child that exits with ``EXIT_BOOT_FAILURE`` cannot
+after an exponential backoff. The "serving" line is logged once the gateway
+answers ``/ready``. A child that exits with ``EXIT_BOOT_FAILURE`` cannot
 start at all (bad config, missing model, address in use): restarting it would
 only loop, so reame stops and says which child. The cachekeeper is the exception:
 the cache is optional (workers serve without it), so it is an *optional* child
@@ -27,7 +27,6 @@ import logging
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -47,7 +46,7 @@ log = logging.getLogger("supervisor")
 GRACE_S: Final = 15.0  # between SIGTERM and SIGKILL at shutdown
 # The loop wakes on every signal; this only bounds how late a restart can be.
 MAX_SLEEP_S: Final = 1.0
-READY_POLL_S: Final = 0.1  # how often to look for the gateway's port before announcing it
+READY_POLL_S: Final = 0.1  # how often to ask the gateway's /ready before announcing it
 READY_PROBE_S: Final = 2.0  # /ready asks the dispatcher, which answers within a second
 EXIT_USAGE: Final = 2  # bad config or model: nothing was started
 EXIT_CHILD_FAILED: Final = 1
@@ -327,20 +326,6 @@ def gateway_ready(host: str, port: int) -> Callable[[], bool]:
             return False
         finally:
             connection.close()
-
-    return check
-
-
-def port_open(host: str, port: int) -> Callable[[], bool]:
-    """Return a check that something accepts TCP connections on ``host:port``."""
-    target = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-
-    def check() -> bool:
-        try:
-            with socket.create_connection((target, port), timeout=READY_POLL_S):
-                return True
-        except OSError:
-            return False
 
     return check
 

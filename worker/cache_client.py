@@ -37,7 +37,7 @@ import zmq
 from reame.shared import endpoints, protocol
 from reame.shared.kv_entry import CorruptEntry, EntryHeader, PayloadDecoder, decode_header
 from reame.shared.protocol import CacheChunk, CacheCorrupt, CacheHit, CacheLookup, CacheMiss, Message
-from reame.worker.cache_health import RETRY_AFTER_S, CacheCounters, Counters, Health
+from reame.worker.cache_health import RETRY_AFTER_S, Health
 from reame.worker.cache_uploader import Uploader, upload_bound
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,6 @@ class CacheClient:
         self._fingerprint = fingerprint
         self._timeout = timeout
         self._wait_ms = lookup_wait_ms(timeout)
-        self._counters = Counters()
         self._health = Health(address, retry_after, clock)
         self._ids = itertools.count()
         self._id_prefix = f"{os.getpid()}-{secrets.token_hex(3)}"
@@ -94,14 +93,9 @@ class CacheClient:
         self._pending = pending
         self._socket = self._open()
         self._uploader = Uploader(
-            context, address, fingerprint.hex(), kv_type, timeout, self._health, self._counters,
-            self._next_id, pending, keys,
+            context, address, fingerprint.hex(), kv_type, timeout, self._health, self._next_id, pending, keys,
         )
         self._uploader.start()
-
-    @property
-    def counters(self) -> CacheCounters:
-        return self._counters.snapshot()
 
     @property
     def available(self) -> bool:
@@ -163,7 +157,6 @@ class CacheClient:
         if not isinstance(reply, CacheHit):
             if not isinstance(reply, CacheMiss):
                 log.warning("cache lookup got a %s before the hit; treating it as a miss", type(reply).__name__)
-            self._counters.add(misses=1)
             return None
         hit = time.perf_counter()
         try:
@@ -172,7 +165,6 @@ class CacheClient:
             self._corrupt(reply.key, err.reason)
             return None
         if wanted is not None and not wanted(header):
-            self._counters.add(misses=1)
             return None
         decoder = PayloadDecoder(header)
         while True:
@@ -183,14 +175,12 @@ class CacheClient:
             if not isinstance(chunk, CacheChunk):
                 # The cachekeeper found the entry damaged while reading it and gave up.
                 log.info("cache entry %s: the transfer was aborted", reply.key)
-                self._counters.add(misses=1)
                 return None
             try:
                 decoder.feed(chunk.data)
             except CorruptEntry as err:
                 self._corrupt(reply.key, err.reason)
                 return None
-            self._counters.add(bytes_read=len(chunk.data))
             if chunk.last:
                 break
         received = time.perf_counter()
@@ -199,24 +189,18 @@ class CacheClient:
         except CorruptEntry as err:
             self._corrupt(reply.key, err.reason)
             return None
-        self._counters.add(hits=1)
         decoded = time.perf_counter()
         return Fetched(
             reply.key, header, state, (hit - started) * 1e3, (received - hit) * 1e3, (decoded - received) * 1e3
         )
 
     def report_corrupt(self, key: str, reason: str) -> None:
-        """Tell the cachekeeper to delete an entry that turned out unusable, and count it."""
+        """Tell the cachekeeper to delete an entry that turned out unusable."""
         log.warning("cache entry %s is unusable (%s); asking the cachekeeper to delete it", key, reason)
-        self._counters.add(corrupt=1)
         try:
             self._send(CacheCorrupt(key, reason))
         except zmq.ZMQError as err:
             log.warning("could not report cache entry %s: %s", key, err)
-
-    def note_reused(self, tokens: int) -> None:
-        """Count prompt tokens taken from the store instead of computed."""
-        self._counters.add(reused_tokens=tokens)
 
     def _corrupt(self, key: str, reason: str) -> None:
         self.report_corrupt(key, reason)
@@ -224,7 +208,6 @@ class CacheClient:
     def _timed_out(self) -> None:
         self._reopen()
         self._health.failed("lookup")
-        self._counters.add(misses=1)
 
     def _send(self, message: Message) -> bool:
         try:

@@ -1,13 +1,11 @@
-"""What the worker's two cache threads share: whether the cachekeeper answers, and the counters.
+"""What the worker's two cache threads share: whether the cachekeeper answers.
 
 The engine thread (worker.cache_client) and the uploader thread (worker.cache_uploader)
-both report to one :class:`Health` and one :class:`Counters`; both classes lock, so
-either thread may call them.
+both report to one :class:`Health`; it locks, so either thread may call it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -19,37 +17,6 @@ log = logging.getLogger(__name__)
 # Long enough for a restarted cachekeeper to come back, short enough that the cache
 # is not missed for long once it does.
 RETRY_AFTER_S: Final = 5.0
-
-
-@dataclasses.dataclass
-class CacheCounters:
-    """What the cache did for this worker, for the metrics endpoint."""
-
-    hits: int = 0
-    misses: int = 0
-    reused_tokens: int = 0
-    bytes_read: int = 0  # compressed payload bytes received
-    bytes_written: int = 0  # raw state bytes sent
-    corrupt: int = 0
-    saves: int = 0
-    save_refusals: int = 0
-
-
-class Counters:
-    """CacheCounters updated from the engine and uploader threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values = CacheCounters()
-
-    def add(self, **deltas: int) -> None:
-        with self._lock:
-            for name, delta in deltas.items():
-                setattr(self._values, name, getattr(self._values, name) + delta)
-
-    def snapshot(self) -> CacheCounters:
-        with self._lock:
-            return dataclasses.replace(self._values)
 
 
 class Health:

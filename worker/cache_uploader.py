@@ -26,7 +26,7 @@ import zmq
 from reame.shared import endpoints, protocol
 from reame.shared.kv_entry import CHUNK_BYTES
 from reame.shared.protocol import CacheChunk, CachePut, CacheStored, Message
-from reame.worker.cache_health import Counters, Health
+from reame.worker.cache_health import Health
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,6 @@ class Uploader:
         kv_type: str,
         timeout: float,
         health: Health,
-        counters: Counters,
         next_id: Callable[[], str],
         pending: int,
         keys: endpoints.LinkKeys = endpoints.PLAIN,
@@ -78,7 +77,6 @@ class Uploader:
         self._kv_type = kv_type
         self._timeout = timeout
         self._health = health
-        self._counters = counters
         self._next_id = next_id
         self._queue: queue.Queue[Save | None] = queue.Queue(maxsize=pending)
         self._stopping = threading.Event()
@@ -181,12 +179,10 @@ class Uploader:
         if not self._send(socket, CachePut(rid, fingerprint, self._kv_type, item.tokens, size)):
             return self._timed_out(len(item.tokens))
         view = memoryview(item.state)
-        sent = 0
         for offset in range(0, size, CHUNK_BYTES):
             end = min(offset + CHUNK_BYTES, size)
             if not self._send(socket, CacheChunk(rid, bytes(view[offset:end]), end == size)):
                 return self._timed_out(len(item.tokens))
-            sent = end
             reply = self._take_reply(socket, rid, 0.0)
             if reply is not None:
                 break  # answered before it was all sent: refused, or already stored
@@ -196,15 +192,12 @@ class Uploader:
             return self._timed_out(len(item.tokens))
         self._health.answered()
         elapsed_ms = (time.perf_counter() - started) * 1e3
-        self._counters.add(bytes_written=sent)
         if reply.stored and reply.reason not in ALREADY_STORED:
-            self._counters.add(saves=1)
             log.debug("stored the state of a %d-token prompt (%d bytes) in %.0f ms", len(item.tokens), size, elapsed_ms)
             return True
         if reply.reason in ALREADY_STORED:
             log.debug("the state of a %d-token prompt was stored already (%s)", len(item.tokens), reply.reason)
             return True
-        self._counters.add(save_refusals=1)
         log.debug("the cachekeeper did not store a %d-token prompt: %s", len(item.tokens), reply.reason)
         return False
 

@@ -64,7 +64,6 @@ class ChunkStore:
         )
         if fetched is None or fetched.header.tokens != wanted:
             return None
-        self.service.note_reused(len(tokens))
         return StoredChunk(fetched.key, fetched.state)
 
     def save(self, scope: str, tokens: Sequence[int], state: bytes | bytearray, wait: float) -> bool:

@@ -40,8 +40,6 @@ class CacheService(Protocol):
 
     def report_corrupt(self, key: str, reason: str) -> None: ...
 
-    def note_reused(self, tokens: int) -> None: ...
-
     def save(
         self, tokens: Sequence[int], state: bytes | bytearray, done: Callable[[bool], None] | None = None,
         wait: float = 0.0, fingerprint: bytes | None = None,
@@ -107,7 +105,6 @@ class PrefixCache:
             self.service.report_corrupt(fetched.key, "llama.cpp refused to restore the state")
             return Restored(0)
         restore_ms = (time.perf_counter() - started) * 1e3
-        self.service.note_reused(match)
         log.info(
             "restored %d of %d prompt tokens from cache entry %s: wait %.1f ms, transfer %.1f ms, "
             "decode %.1f ms, restore %.1f ms",

@@ -17,10 +17,13 @@ import zmq
 
 from reame.gateway.app import create_app
 from reame.gateway.client import Dispatcher
+from reame.gateway.compress.messages import Result
 from reame.gateway.compression import Compressor, Savings
 from reame.gateway.tokenizer import Tokenizer
+from reame.gateway.warming import Warming
 from reame.shared import config, protocol
 from reame.shared.model_file import model_path
+from reame.shared.modes import CompressMode
 from reame.supervisor import cli
 from tests.unit.fakes import LIVENESS_S, FakeDispatcher
 
@@ -75,10 +78,15 @@ def test_the_vocabulary_bounds_tokens_from_below(tokenizer: Tokenizer) -> None:
 def test_the_compressor_uses_the_configured_mode_unless_asked(tokenizer: Tokenizer) -> None:
     cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_COMPRESS_MODE": "off"})
     savings = Savings()
-    compressor = Compressor(cfg, tokenizer, savings)
+    warming = Warming(Compressor(cfg, tokenizer, savings), lambda _prefix, _chunks: None)
+
+    def compress(mode: CompressMode | None) -> Result:
+        choice = warming.compress("r", 0.0, prompt=None, messages=messages, mode=mode, warm=False, cache=True, scope="")
+        return choice.compressed
+
     messages = [protocol.ChatMessage("system", DOCUMENT)]
-    assert compressor.messages(messages, None).messages == messages
-    result = compressor.messages(messages, "facts")
+    assert compress(None).messages == messages
+    result = compress(CompressMode.FACTS)
     assert result.messages is not None and FILLER not in result.messages[0].content
     assert result.saved_tokens == tokenizer.count(DOCUMENT) - tokenizer.count(result.messages[0].content)
     assert savings.snapshot().saved_tokens == result.saved_tokens

@@ -236,10 +236,7 @@ def test_restored_prefix_gives_the_uncached_output(
     text, done = ask(engine, DOCUMENT + QUESTION_B)
     assert done.cached_tokens >= document_tokens(engine) - 2
     assert text == reference[QUESTION_B]
-    assert engine.cache is not None
-    client = engine.cache.service
-    assert isinstance(client, CacheClient)
-    assert client.counters.hits == 1 and client.counters.reused_tokens == done.cached_tokens
+    assert keeper.store.stats().hits == 1
     # The question added fewer than MIN_TOKENS to a stored prefix: nothing new is saved.
     assert keeper.puts == 1
 
@@ -274,9 +271,7 @@ def test_damage_in_transit_is_caught_by_the_worker(
     engine = fresh_engine()
     text, done = ask(engine, DOCUMENT + QUESTION_B)
     assert (text, done.cached_tokens) == (reference[QUESTION_B], 0)
-    assert engine.cache is not None and isinstance(engine.cache.service, CacheClient)
-    assert engine.cache.service.counters.corrupt == 1
-    # The report travels on its own.
+    # The worker caught it and reports it; the report travels on its own.
     wait_for(lambda: keeper.store.stats().corrupt >= 1, WAIT_S, what="the damage to be reported")
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from reame.cachekeeper import entry
-from reame.cachekeeper.entry import EntryReader, write_entry
+from reame.cachekeeper.entry import EntryReader
 from reame.shared import kv_entry
-from reame.shared.kv_entry import CorruptEntry, EntryHeader, decode_payload, encode_payload
+from reame.shared.kv_entry import CorruptEntry, EntryHeader, encode_payload
+from tests.unit.entries import decode, write_file
 
 FP = b"fingerprint"
 TOKENS = list(range(100, 137))
@@ -32,7 +33,7 @@ def make(raw: bytes, planes: bool = True, tokens: list[int] = TOKENS) -> tuple[E
 
 def read_all(path: Path, chunk_bytes: int = kv_entry.CHUNK_BYTES) -> bytes | bytearray:
     with EntryReader(path) as reader:
-        return decode_payload(reader.header, reader.chunks(chunk_bytes))
+        return decode(reader.header, reader.chunks(chunk_bytes))
 
 
 @pytest.mark.parametrize("planes", [False, True])
@@ -41,7 +42,7 @@ def test_round_trip(tmp_path: Path, planes: bool, size: int) -> None:
     raw = kv_like(size)
     header, data = make(raw, planes)
     path = tmp_path / f"{header.key()}.kv"
-    assert write_entry(path, header, data) == path.stat().st_size == header.file_size
+    assert write_file(path, header, data) == path.stat().st_size == header.file_size
     assert entry.read_header(path) == header
     assert read_all(path, chunk_bytes=1000) == raw
     assert header.n_tokens == len(TOKENS) and header.planes is planes and len(header.blocks) == len(TOKENS) // 8
@@ -56,7 +57,7 @@ def test_byte_planes_shrink_f16_shaped_data() -> None:
 def test_read_header_does_not_read_the_payload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     header, data = make(random.Random(1).randbytes(200_000))
     path = tmp_path / "e.kv"
-    write_entry(path, header, data)
+    write_file(path, header, data)
     read = 0
     real_pread = os.pread
 
@@ -73,7 +74,7 @@ def test_read_header_does_not_read_the_payload(tmp_path: Path, monkeypatch: pyte
 def test_every_flipped_byte_is_caught(tmp_path: Path) -> None:
     header, data = make(kv_like(3000))
     good = tmp_path / "good.kv"
-    write_entry(good, header, data)
+    write_file(good, header, data)
     original = good.read_bytes()
     bad = tmp_path / "bad.kv"
     for position in range(len(original)):
@@ -87,7 +88,7 @@ def test_every_flipped_byte_is_caught(tmp_path: Path) -> None:
 def test_every_truncation_and_any_trailing_byte_is_caught(tmp_path: Path) -> None:
     header, data = make(kv_like(2000))
     good = tmp_path / "good.kv"
-    write_entry(good, header, data)
+    write_file(good, header, data)
     original = good.read_bytes()
     bad = tmp_path / "bad.kv"
     for length in range(len(original)):
@@ -102,7 +103,7 @@ def test_every_truncation_and_any_trailing_byte_is_caught(tmp_path: Path) -> Non
 def test_wrong_magic_and_unknown_version_are_named(tmp_path: Path) -> None:
     header, data = make(kv_like(100))
     path = tmp_path / "e.kv"
-    write_entry(path, header, data)
+    write_file(path, header, data)
     original = path.read_bytes()
     path.write_bytes(b"NOTREAME" + original[8:])
     with pytest.raises(CorruptEntry, match="magic"):
@@ -118,22 +119,22 @@ def test_wrong_magic_and_unknown_version_are_named(tmp_path: Path) -> None:
 
 def test_decoder_checks_length_and_checksum() -> None:
     header, data = make(kv_like(5000), planes=True)
-    assert decode_payload(header, [data[:100], data[100:]]) == kv_like(5000)
+    assert decode(header, [data[:100], data[100:]]) == kv_like(5000)
     with pytest.raises(CorruptEntry, match="truncated"):
-        decode_payload(header, [data[:-1]])
+        decode(header, [data[:-1]])
     with pytest.raises(CorruptEntry, match="longer"):
-        decode_payload(header, [data, b"x"])
+        decode(header, [data, b"x"])
     flipped = bytearray(data)
     flipped[len(data) // 2] ^= 0x10
     with pytest.raises(CorruptEntry, match="checksum"):
-        decode_payload(header, [flipped])
+        decode(header, [flipped])
 
 
 def test_payload_that_lies_about_its_raw_length_is_caught() -> None:
     _header, data = make(kv_like(5000))
     liar = EntryHeader.build(FP, "f16", TOKENS, 8, kv_entry.Payload(data, 4999, zlib.crc32(data), 1, False), 1.0)
     with pytest.raises(CorruptEntry, match="decompresses to 5000"):
-        decode_payload(liar, [data])
+        decode(liar, [data])
 
 
 def test_writer_refuses_a_payload_that_does_not_match_its_header(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reame.shared import prefix
+from reame.worker.kv import common_prefix
 
 FP = b"model-a"
 tokens_st = st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), max_size=200)
@@ -72,22 +73,6 @@ def test_token_bytes_round_trip() -> None:
         prefix.tokens_from_bytes(b"\0\0\0")
 
 
-@pytest.mark.parametrize(
-    ("a", "b", "expected"),
-    [([], [1], 0), ([1, 2, 3], [1, 2, 3], 3), ([1, 2, 3], (1, 2, 4), 2), ([1, 2], [1, 2, 3], 2), ([9], [1], 0)],
-)
-def test_common_prefix_len(a: list[int], b: list[int], expected: int) -> None:
-    assert prefix.common_prefix_len(a, b) == expected
-
-
-def test_common_prefix_len_on_long_sequences() -> None:
-    a = list(range(8192))
-    for cut in (0, 255, 256, 257, 5000, 8191):
-        b = (*a[:cut], -1, *a[cut + 1 :])
-        assert prefix.common_prefix_len(a, b) == cut
-    assert prefix.common_prefix_len(a, tuple(a)) == 8192
-
-
 @given(tokens=tokens_st, cut=st.integers(min_value=0, max_value=200), block=st.integers(min_value=1, max_value=9))
 def test_hashes_of_a_prefix_are_a_prefix_of_the_hashes(tokens: list[int], cut: int, block: int) -> None:
     whole = prefix.block_hashes(FP, tokens, block)
@@ -100,7 +85,7 @@ def test_shared_hashes_count_the_shared_full_blocks(a: list[int], keep: int, tai
     b = a[:keep] + tail
     ha, hb = prefix.block_hashes(FP, a, block), prefix.block_hashes(FP, b, block)
     shared = next((i for i, (x, y) in enumerate(zip(ha, hb, strict=False)) if x != y), min(len(ha), len(hb)))
-    assert shared == prefix.common_prefix_len(a, b) // block
+    assert shared == common_prefix(a, b) // block
 
 
 def test_a_cache_scope_changes_the_root_of_every_chain() -> None:

@@ -15,11 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reame.cachekeeper.entry import write_entry
 from reame.cachekeeper.index import index_files
 from reame.cachekeeper.store import INDEX_NAME, PendingPut, Refusal, Store, StoreLocked
-from reame.shared.kv_entry import CorruptEntry, EntryHeader, decode_payload, encode_payload
-from reame.shared.prefix import block_hashes, common_prefix_len
+from reame.shared.kv_entry import CorruptEntry, EntryHeader, encode_payload
+from reame.shared.prefix import block_hashes
+from reame.worker.kv import common_prefix
+from tests.unit.entries import decode, write_file
 
 FP = b"model"
 BT = 4
@@ -66,7 +67,7 @@ def test_round_trip_through_the_store(store: Store) -> None:
     assert handle is not None
     with handle:
         assert handle.header == header
-        assert decode_payload(handle.header, handle.chunks(500)) == raw
+        assert decode(handle.header, handle.chunks(500)) == raw
     assert store.open_read("0" * 32) is None
 
 
@@ -200,10 +201,10 @@ def test_rows_without_files_and_files_without_rows_are_reconciled(tmp_path: Path
         gone = put(store, [1] * 8).key()
     (tmp_path / f"{gone}.kv").unlink()
     header, data, _ = entry_for([2] * 8)  # committed, but its writer died before the index row
-    write_entry(tmp_path / f"{header.key()}.kv", header, data)
+    write_file(tmp_path / f"{header.key()}.kv", header, data)
     damaged, damaged_data, _ = entry_for([3] * 8)  # left without a row, and then its header rotted
     damaged_path = tmp_path / f"{damaged.key()}.kv"
-    write_entry(damaged_path, damaged, damaged_data)
+    write_file(damaged_path, damaged, damaged_data)
     rotten = bytearray(damaged_path.read_bytes())
     rotten[40] ^= 0x04
     damaged_path.write_bytes(rotten)
@@ -347,7 +348,7 @@ def test_bad_limits_are_clear_errors(tmp_path: Path) -> None:
     query=st.lists(st.integers(0, 3), max_size=14),
 )
 def test_lookup_agrees_with_a_brute_force_longest_prefix(stored: list[list[int]], query: list[int]) -> None:
-    shared = {entry_for(tokens)[0].key(): common_prefix_len(tokens, query) // BT for tokens in stored}
+    shared = {entry_for(tokens)[0].key(): common_prefix(tokens, query) // BT for tokens in stored}
     with tempfile.TemporaryDirectory() as directory, Store(Path(directory), 10**9, 0) as store:
         for tokens in stored:
             if not store.contains(entry_for(tokens)[0].key()):

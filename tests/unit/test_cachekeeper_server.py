@@ -21,6 +21,7 @@ from reame.shared import kv_entry
 from reame.shared import protocol as p
 from reame.shared.lifecycle import StopFlag
 from reame.shared.prefix import block_hashes, entry_key
+from tests.unit.entries import decode
 from tests.waiting import PATIENCE_S, wait_for
 
 FP = b"model-fingerprint"
@@ -138,7 +139,7 @@ def decode_hit(hit: p.CacheHit, chunks: list[bytes], where: Path) -> tuple[kv_en
     path = where / "received.kv"
     path.write_bytes(hit.header + b"".join(chunks))
     header = entry.check_entry(path)
-    return header, bytes(kv_entry.decode_payload(header, chunks))
+    return header, bytes(decode(header, chunks))
 
 
 def test_a_stored_state_is_found_by_a_longer_prompt(running: Running, tmp_path: Path) -> None:

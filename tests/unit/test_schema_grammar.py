@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from reame.gateway.errors import APIError
-from reame.gateway.int_range import int_range, regex
+from reame.gateway.int_range import gbnf, int_range
 from reame.gateway.regex_gbnf import PatternError, pattern_rule
 from reame.gateway.schema_gbnf import SchemaError, schema_grammar
 from reame.gateway.structured import response_grammar
+from tests.gbnf import accepts
 from tests.schemas import ENFORCED, REFUSED
 
 
@@ -56,12 +57,12 @@ def test_text_and_json_object() -> None:
      (None, 42), (-42, None), (99, 101), (10, 99), (1, 10**6), (-999, 999), (5, 5)],
 )
 def test_integer_ranges_match_exactly_the_integers_in_range(low: int | None, high: int | None) -> None:
-    pattern = re.compile(regex(int_range(low, high)))
+    grammar = f"root ::= {gbnf(int_range(low, high))}"
     for n in range(-2100, 2100):
         inside = (low is None or n >= low) and (high is None or n <= high)
-        assert bool(pattern.fullmatch(str(n))) == inside, n
+        assert accepts(grammar, str(n)) == inside, n
     for text in ("01", "-0", "00", "-01", "+1", "1.0"):
-        assert not pattern.fullmatch(text)
+        assert not accepts(grammar, text)
 
 
 def test_an_empty_integer_range_is_an_error() -> None:

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -16,7 +15,7 @@ import pytest
 
 from reame.shared.config import load
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE
-from reame.supervisor.arbiter import ChildSpec, child_specs, describe_exit, port_open, restart_delay
+from reame.supervisor.arbiter import ChildSpec, child_specs, describe_exit, restart_delay
 from reame.supervisor.backoff import Backoff
 from tests.waiting import PATIENCE_S, wait_for
 
@@ -211,13 +210,3 @@ def test_exit_descriptions() -> None:
     assert describe_exit(0) == "exit code 0"
     assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
     assert describe_exit(EXIT_BOOT_FAILURE) == f"exit code {EXIT_BOOT_FAILURE} (could not start)"
-
-
-def test_port_open_tells_whether_something_listens() -> None:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        port = listener.getsockname()[1]
-        assert port_open("127.0.0.1", port)()
-        assert port_open("0.0.0.0", port)()
-    assert not port_open("127.0.0.1", port)()

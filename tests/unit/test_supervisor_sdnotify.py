@@ -99,6 +99,7 @@ def test_ready_means_the_gateway_answers_ready_with_200() -> None:
         assert not check()  # listening, but no worker yet: 503
         _Probe.answer = 200
         assert check()
+        assert gateway_ready("0.0.0.0", server.server_address[1])()  # a wildcard bind is asked on loopback
     finally:
         server.shutdown()
         server.server_close()

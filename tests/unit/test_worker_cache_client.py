@@ -167,8 +167,6 @@ def test_hit_streams_chunks_and_returns_the_raw_state(make: Callable[..., tuple[
     (lookup,) = keeper.of_kind(p.CacheLookup)
     assert isinstance(lookup, p.CacheLookup)
     assert lookup.fingerprint == FINGERPRINT.hex() and lookup.blocks == blocks()
-    counters = client.counters
-    assert (counters.hits, counters.misses, counters.bytes_read) == (1, 0, len(data))
 
 
 def test_miss(make: Callable[..., tuple[CacheClient, FakeKeeper]]) -> None:
@@ -177,7 +175,6 @@ def test_miss(make: Callable[..., tuple[CacheClient, FakeKeeper]]) -> None:
 
     client, _ = make(miss)
     assert client.lookup(FINGERPRINT, blocks()) is None
-    assert client.counters.misses == 1
     assert client.available
 
 
@@ -210,7 +207,6 @@ def test_corrupt_chunk_is_reported_and_gives_none(make: Callable[..., tuple[Cach
     keeper.wait_for(lambda: bool(keeper.of_kind(p.CacheCorrupt)))
     (report,) = keeper.of_kind(p.CacheCorrupt)
     assert report == p.CacheCorrupt(header.key(), "payload checksum mismatch")
-    assert client.counters.corrupt == 1 and client.counters.hits == 0
     assert client.available  # a bad entry is no reason to distrust the cachekeeper
 
 
@@ -244,7 +240,7 @@ def test_aborted_transfer_is_a_miss(make: Callable[..., tuple[CacheClient, FakeK
 
     client, keeper = make(handle)
     assert client.lookup(FINGERPRINT, blocks()) is None
-    assert client.counters.misses == 1 and client.available
+    assert client.available
     assert keeper.of_kind(p.CacheCorrupt) == []
 
 
@@ -374,7 +370,6 @@ def test_uploader_sends_put_and_chunks(make: Callable[..., tuple[CacheClient, Fa
     chunks = [m for m in keeper.of_kind(p.CacheChunk) if isinstance(m, p.CacheChunk)]
     assert [len(c.data) for c in chunks] == [1 << 20, 1 << 20, len(state) - (2 << 20)]
     assert [c.last for c in chunks] == [False, False, True]
-    assert client.counters.saves == 1 and client.counters.bytes_written == len(state)
 
 
 @pytest.mark.parametrize(("reason", "stored"), [("too_big", False), ("disk_full", False), ("busy", False)])
@@ -382,12 +377,11 @@ def test_refusals(make: Callable[..., tuple[CacheClient, FakeKeeper]], reason: s
     handler, _ = collect_puts(lambda put, raw: p.CacheStored(put.request_id, False, reason))
     client, _ = make(handler)
     assert client.save_and_wait(TOKENS, b"s" * 1000) is stored
-    assert client.counters.save_refusals == 1 and client.counters.saves == 0
     assert client.available
 
 
 @pytest.mark.parametrize("answer", [(True, "present"), (False, "present"), (False, "in_progress")])
-def test_already_stored_is_success_but_no_save(
+def test_already_stored_is_success(
     make: Callable[..., tuple[CacheClient, FakeKeeper]], answer: tuple[bool, str]
 ) -> None:
     def refuse(message: p.Message) -> list[p.Message]:
@@ -395,7 +389,6 @@ def test_already_stored_is_success_but_no_save(
 
     client, _ = make(refuse)
     assert client.save_and_wait(TOKENS, b"s" * 1000) is True
-    assert (client.counters.saves, client.counters.save_refusals) == (0, 0)
 
 
 def test_refusal_before_the_chunks_ends_the_save(make: Callable[..., tuple[CacheClient, FakeKeeper]]) -> None:
@@ -404,7 +397,6 @@ def test_refusal_before_the_chunks_ends_the_save(make: Callable[..., tuple[Cache
 
     client, _ = make(refuse)
     assert client.save_and_wait(TOKENS, bytes(5 << 20)) is False
-    assert client.counters.save_refusals == 1
 
 
 def test_silent_keeper_fails_the_save_and_the_cache_is_skipped(

@@ -17,10 +17,19 @@ def kv_with(fake: FakeModel) -> KvCache:
 
 @pytest.mark.parametrize(
     ("a", "b", "n"),
-    [([], [1], 0), ([1, 2, 3], [1, 2, 3], 3), ([1, 2, 3], [1, 2], 2), ([1, 2], [1, 2, 3], 2), ([1], [2], 0)],
+    [([], [1], 0), ([1, 2, 3], [1, 2, 3], 3), ([1, 2, 3], [1, 2], 2), ([1, 2], [1, 2, 3], 2), ([1], [2], 0),
+     ([1, 2, 3], (1, 2, 4), 2)],
 )
 def test_common_prefix(a: list[int], b: list[int], n: int) -> None:
     assert common_prefix(a, b) == n
+
+
+def test_common_prefix_on_long_sequences() -> None:
+    a = list(range(8192))
+    for cut in (0, 255, 256, 257, 5000, 8191):
+        b = (*a[:cut], -1, *a[cut + 1 :])
+        assert common_prefix(a, b) == cut
+    assert common_prefix(a, tuple(a)) == 8192
 
 
 def test_reusable_always_leaves_the_last_two_prompt_tokens() -> None:

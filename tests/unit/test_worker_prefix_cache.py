@@ -29,7 +29,6 @@ class FakeService:
         self.entries: dict[tuple[int, ...], tuple[EntryHeader, bytes]] = {}
         self.lookups = 0
         self.corrupt: list[str] = []
-        self.reused = 0
         self.saved: list[tuple[list[int], bytes, bool]] = []  # tokens, state, waited
         self.saved_under: list[bytes | None] = []  # the fingerprint of each save
         self.accept = True
@@ -67,9 +66,6 @@ class FakeService:
 
     def report_corrupt(self, key: str, reason: str) -> None:
         self.corrupt.append(key)
-
-    def note_reused(self, tokens: int) -> None:
-        self.reused += tokens
 
     def save(
         self, tokens: Sequence[int], state: bytes | bytearray, done: Callable[[bool], None] | None = None,
@@ -122,7 +118,6 @@ def test_hit_restores_the_common_prefix(cache: PrefixCache, service: FakeService
     restored = cache.restore(kv, prompt, 0)
     assert restored == Restored(len(DOC), len(DOC))
     assert kv.tokens == tuple(DOC) and kv.stored == len(DOC)
-    assert service.reused == len(DOC)
 
 
 def test_the_last_prompt_tokens_are_always_fresh(cache: PrefixCache, service: FakeService, kv: KvCache) -> None:
@@ -177,7 +172,6 @@ def test_a_refused_state_is_reported_and_everything_recomputed(
     assert cache.restore(kv, [*DOC, 7, 8], 4) == Restored(0)
     assert service.corrupt == [header.key()]
     assert len(kv) == 0 and fake.held == 0
-    assert service.reused == 0
 
 
 # -- saves -------------------------------------------------------------------------------
@@ -259,7 +253,7 @@ def test_an_entry_is_found_only_under_the_scope_that_stored_it(
     for other in ("", "key-b"):
         kv.enter_scope(other)
         assert cache.restore(kv, prompt, 0) == Restored(0)
-        assert len(kv) == 0 and service.reused == 0
+        assert len(kv) == 0
     kv.enter_scope("key-a")
     assert cache.restore(kv, prompt, 0) == Restored(len(DOC), len(DOC))
 

@@ -6,7 +6,7 @@ import threading
 
 import zmq
 
-from reame.worker.cache_health import Counters, Health
+from reame.worker.cache_health import Health
 from reame.worker.cache_uploader import Save, Uploader
 
 
@@ -14,8 +14,8 @@ class Recording(Uploader):
     """An uploader whose uploads are recorded instead of sent; the first waits for ``release``."""
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]]) -> None:
-        super().__init__(context, "inproc://none", "f" * 32, "f16", 1.0, Health("inproc://none", 1.0), Counters(),
-                         lambda: "id", pending=2)
+        super().__init__(context, "inproc://none", "f" * 32, "f16", 1.0, Health("inproc://none", 1.0), lambda: "id",
+                         pending=2)
         self.release = threading.Event()
         self.uploading = threading.Event()
         self.sent: list[list[int]] = []
