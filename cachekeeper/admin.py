@@ -13,11 +13,9 @@ import json
 import secrets
 import sqlite3
 import sys
-import time
 from typing import Any, Final, TextIO
 
 import msgspec
-import zmq
 
 from reame.cachekeeper.answers import SUBDIR as ANSWERS_SUBDIR
 from reame.cachekeeper.answers import AnswerStore
@@ -25,6 +23,7 @@ from reame.cachekeeper.store import Store, StoreLocked
 from reame.shared import endpoints
 from reame.shared import protocol as p
 from reame.shared.config import Config
+from reame.shared.upstream import Upstream, reply
 
 # A running cachekeeper answers stats within milliseconds; this only bounds the
 # wait when nothing listens at a tcp:// address (ipc:// without a socket file is
@@ -47,49 +46,27 @@ class Outcome:
     reasons: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def _receive(sock: zmq.Socket[bytes], request_id: str, timeout: float) -> p.CacheReport | None:
-    deadline = time.monotonic() + timeout
-    while (remaining := deadline - time.monotonic()) > 0:
-        if not sock.poll(max(1, int(remaining * 1000))):
-            break
-        try:
-            message = p.decode(sock.recv())
-        except p.ProtocolError:
-            continue
-        if isinstance(message, p.CacheReport) and message.request_id == request_id:
-            return message
-    return None
-
-
 def ask(
     address: str, command: p.CacheCommand, timeout: float, probe_timeout: float = PROBE_TIMEOUT_S,
     keys: endpoints.LinkKeys = endpoints.PLAIN,
 ) -> p.CacheReport | None:
     """Run ``command`` on the cachekeeper at ``address``; None if no cachekeeper answers there."""
-    socket_file = endpoints.ipc_path(address)
-    if socket_file is not None and not socket_file.exists():
-        return None
-    context = zmq.Context()
-    sock = context.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
+    upstream = Upstream(keys=keys)
     try:
-        endpoints.secure_client(sock, address, keys)
-        sock.connect(address)
         # Stats first, briefly: the real command (a verify) may legitimately take long.
+        # skip_absent: an ipc:// address without its socket file has no cachekeeper.
         probe_id = f"cli-{secrets.token_hex(4)}"
-        sock.send(p.encode(p.CacheAdmin(probe_id, p.CacheCommand.STATS)))
-        report = _receive(sock, probe_id, min(probe_timeout, timeout))
+        report = upstream.ask(address, p.CacheAdmin(probe_id, p.CacheCommand.STATS),
+                              reply(p.CacheReport, probe_id), min(probe_timeout, timeout), skip_absent=True)
         if report is None or command is p.CacheCommand.STATS:
             return report
         request_id = f"cli-{secrets.token_hex(4)}"
-        sock.send(p.encode(p.CacheAdmin(request_id, command)))
-        report = _receive(sock, request_id, timeout)
+        report = upstream.ask(address, p.CacheAdmin(request_id, command), reply(p.CacheReport, request_id), timeout)
         if report is None:
             raise AdminError(f"the cachekeeper at {address} did not finish {command} within {timeout:.0f} s")
         return report
     finally:
-        sock.close(linger=0)
-        context.term()
+        upstream.close()
 
 
 def offline(config: Config, command: p.CacheCommand) -> Outcome:

@@ -27,17 +27,16 @@ import hashlib
 import logging
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from typing import Final
 
 import msgspec
-import zmq
 
 from reame.gateway.client import Call
-from reame.shared import endpoints, protocol
+from reame.shared import protocol
 from reame.shared.config import Config
 from reame.shared.protocol import Delta, Done, Generate, SamplingParams
+from reame.shared.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -151,15 +150,13 @@ class AnswerCache:
     """Look answers up at the cachekeeper and store new ones; one per gateway process."""
 
     def __init__(
-        self, config: Config, address: str | None, context: zmq.Context[zmq.Socket[bytes]],
-        keys: endpoints.LinkKeys = endpoints.PLAIN, *,
+        self, config: Config, address: str | None, upstream: Upstream, *,
         identity: Callable[[Config], bytes | None],  # model_identity, with the dispatcher's Status
     ) -> None:
         # None: off (cache.answers or cache.enabled false, or no cachekeeper at all)
         self.address = address if config.cache.answers else None
         self._config = config
-        self._context = context
-        self._keys = keys
+        self._upstream = upstream  # the gateway's round trips, a socket of its own per question
         self._identity_of = identity
         self._identity: bytes | None = None
         self._lock = threading.Lock()
@@ -204,57 +201,26 @@ class AnswerCache:
 
     def lookup(self, key: str, request_id: str) -> Reply | None:
         """Ask the cachekeeper for ``key``'s answer; None on a miss, a bad answer or silence."""
-        started = time.monotonic()
-        sock = self._socket()
-        if sock is None:
+        address = self.address
+        if address is None:
             return None
-        try:
-            lookup_id = f"answer-{secrets.token_hex(4)}"
-            sock.send(protocol.encode(protocol.AnswerLookup(lookup_id, key)), zmq.NOBLOCK)
-            while (left := started + self.timeout_s - time.monotonic()) > 0 and sock.poll(max(1, int(left * 1000))):
-                try:
-                    message = protocol.decode(sock.recv(zmq.NOBLOCK))
-                except protocol.ProtocolError:
-                    continue
-                if isinstance(message, protocol.AnswerFound) and message.request_id == lookup_id:
-                    return decode_reply(message.data, request_id)
-                if isinstance(message, protocol.CacheMiss) and message.request_id == lookup_id:
-                    return None
-            log.debug("the answer lookup %s got no answer in %.2f s", key[:12], self.timeout_s)
+        lookup_id = f"answer-{secrets.token_hex(4)}"
+
+        def answered(message: protocol.Message) -> protocol.AnswerFound | protocol.CacheMiss | None:
+            if isinstance(message, (protocol.AnswerFound, protocol.CacheMiss)) and message.request_id == lookup_id:
+                return message
             return None
-        except zmq.ZMQError as err:
-            log.debug("the answer lookup %s failed: %s", key[:12], err)
-            return None
-        finally:
-            sock.close(linger=0)
+
+        # skip_absent: no cachekeeper listens without its socket file: a miss without waiting
+        found = self._upstream.ask(
+            address, protocol.AnswerLookup(lookup_id, key), answered, self.timeout_s, skip_absent=True
+        )
+        return decode_reply(found.data, request_id) if isinstance(found, protocol.AnswerFound) else None
 
     def save(self, key: str, reply: Reply) -> None:
         """Send a finished answer to the cachekeeper; nobody waits for it to be stored."""
-        sock = self._socket()
-        if sock is None:
+        address = self.address
+        if address is None:
             return
-        try:
-            put = protocol.AnswerPut(f"answer-{secrets.token_hex(4)}", key, encode_reply(reply))
-            sock.send(protocol.encode(put), zmq.NOBLOCK)
-        except zmq.ZMQError as err:
-            log.debug("could not send the answer %s: %s", key[:12], err)
-        finally:
-            sock.close(linger=PUT_LINGER_MS)
-
-    def _socket(self) -> zmq.Socket[bytes] | None:
-        # A socket per question: request threads share nothing but the context.
-        if self.address is None:
-            return None
-        socket_file = endpoints.ipc_path(self.address)
-        if socket_file is not None and not socket_file.exists():
-            return None  # no cachekeeper listens: a miss without waiting
-        sock = self._context.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        try:
-            endpoints.secure_client(sock, self.address, self._keys)
-            sock.connect(self.address)
-        except zmq.ZMQError as err:
-            sock.close(linger=0)
-            log.debug("cannot reach the cachekeeper for answers: %s", err)
-            return None
-        return sock
+        put = protocol.AnswerPut(f"answer-{secrets.token_hex(4)}", key, encode_reply(reply))
+        self._upstream.tell(address, put, linger_ms=PUT_LINGER_MS, skip_absent=True)

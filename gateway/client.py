@@ -1,8 +1,9 @@
 """The gateway's side of the dispatcher's frontend: a DEALER socket per HTTP request.
 
-One :class:`Dispatcher` per gateway process owns the ZeroMQ context (contexts are
-thread-safe, sockets are not), and every request thread opens its own socket, so
-replies never need routing inside the gateway. A :class:`Call` is one Generate in
+One :class:`Dispatcher` per gateway process owns its :class:`~reame.shared.upstream.Upstream`
+(the ZeroMQ context: contexts are thread-safe, sockets are not), and every request
+thread opens its own socket, so replies never need routing inside the gateway. The
+status query and the cache probe are Upstream round trips. A :class:`Call` is one Generate in
 flight: :meth:`Call.next` returns its Deltas and finally its Done, and turns an
 Error message or a silent dispatcher into an :class:`~gateway.errors.APIError`.
 
@@ -28,6 +29,7 @@ from reame.gateway.cache_probe import CacheProbe
 from reame.gateway.errors import APIError
 from reame.shared import endpoints, protocol
 from reame.shared.protocol import HEARTBEAT_INTERVAL_S, HEARTBEAT_LIVENESS
+from reame.shared.upstream import Upstream, reply
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +54,10 @@ class Dispatcher:
         self.address = address
         self.liveness_s = liveness_s
         self.keys = keys  # CURVE for a tcp:// address
-        self._context = context or zmq.Context()
+        # The process's ZeroMQ context, and its round trips (to the cachekeeper too: gateway.answers).
+        self.upstream = Upstream(context, keys)
         # /ready reports on the cachekeeper too; None: the cache is disabled.
-        self.cache = CacheProbe(cache_address, self._context, keys)
+        self.cache = CacheProbe(cache_address, self.upstream)
 
     def open(
         self, request: protocol.Generate, abandoned: Callable[[], bool] | None = None,
@@ -67,7 +70,7 @@ class Dispatcher:
         dispatcher sees it after the request; nobody reads its answer, and closing the
         call does not cancel it.
         """
-        socket = self._socket()
+        socket = self.upstream.dealer(self.address)
         try:
             socket.send(protocol.encode(request), zmq.NOBLOCK)
             if then is not None:
@@ -77,11 +80,6 @@ class Dispatcher:
             raise errors.dispatcher_unavailable(f"cannot reach the dispatcher: {err}") from err
         return Call(socket, request, self.liveness_s, abandoned, ignored=None if then is None else then.request_id)
 
-    @property
-    def context(self) -> zmq.Context[zmq.Socket[bytes]]:
-        """The process's ZeroMQ context, for other sockets to the same peers (gateway.answers)."""
-        return self._context
-
     def status(
         self, timeout_s: float, prefix: Sequence[tuple[bytes, int]] = (), chunks: Sequence[bytes] = ()
     ) -> protocol.Status | None:
@@ -90,34 +88,12 @@ class Dispatcher:
         ``prefix`` (a prompt's affinity links) also asks how much of it is read, ``chunks``
         (its pieces in chunk mode) how many of them are (gateway.warming).
         """
-        socket = self._socket()
-        try:
-            query = protocol.StatusQuery(prefix=list(prefix), chunks=list(chunks))
-            socket.send(protocol.encode(query), zmq.NOBLOCK)
-            end = time.monotonic() + timeout_s
-            while (left := end - time.monotonic()) > 0:
-                if not socket.poll(int(left * 1000) + 1):
-                    break
-                message = _receive(socket)
-                if isinstance(message, protocol.Status):
-                    return message
-            return None
-        except zmq.ZMQError as err:
-            log.warning("status query to %s failed: %s", self.address, err)
-            return None
-        finally:
-            socket.close(linger=0)
+        query = protocol.StatusQuery(prefix=list(prefix), chunks=list(chunks))
+        return self.upstream.ask(self.address, query, reply(protocol.Status), timeout_s)
 
     def close(self) -> None:
         """Close every socket and the context (at process exit)."""
-        self._context.destroy(linger=0)
-
-    def _socket(self) -> zmq.Socket[bytes]:
-        socket = self._context.socket(zmq.DEALER)
-        socket.setsockopt(zmq.LINGER, 0)
-        endpoints.secure_client(socket, self.address, self.keys)
-        socket.connect(self.address)
-        return socket
+        self.upstream.close()
 
 
 class Call:

@@ -149,7 +149,7 @@ class _Generation:
         self.dispatcher = dispatcher
         if settings.answers is None:
             settings.answers = AnswerCache(
-                settings.config, dispatcher.cache.address, dispatcher.context, dispatcher.keys,
+                settings.config, dispatcher.cache.address, dispatcher.upstream,
                 # The model as the workers named it (Ready.fingerprint): the gateway loads none.
                 identity=lambda config: model_identity(config, dispatcher.status(PROBE_TIMEOUT_S)),
             )

@@ -34,7 +34,7 @@ from typing import Final
 
 import zmq
 
-from reame.shared import endpoints, protocol
+from reame.shared import endpoints, protocol, upstream
 from reame.shared.kv_entry import CorruptEntry, EntryHeader, PayloadDecoder, decode_header
 from reame.shared.protocol import CacheChunk, CacheCorrupt, CacheHit, CacheLookup, CacheMiss, Message
 from reame.worker.cache_health import RETRY_AFTER_S, Health
@@ -106,11 +106,7 @@ class CacheClient:
         return f"{self._id_prefix}-{next(self._ids)}"
 
     def _open(self) -> zmq.Socket[bytes]:
-        socket = self._context.socket(zmq.DEALER)
-        socket.setsockopt(zmq.LINGER, 0)
-        endpoints.secure_client(socket, self._address, self._keys)
-        socket.connect(self._address)
-        return socket
+        return upstream.dealer(self._context, self._address, self._keys)
 
     def _reopen(self) -> None:
         self._socket.close(linger=0)

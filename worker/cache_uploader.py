@@ -23,7 +23,7 @@ from typing import Final
 
 import zmq
 
-from reame.shared import endpoints, protocol
+from reame.shared import endpoints, protocol, upstream
 from reame.shared.kv_entry import CHUNK_BYTES
 from reame.shared.protocol import CacheChunk, CachePut, CacheStored, Message
 from reame.worker.cache_health import Health
@@ -154,11 +154,7 @@ class Uploader:
 
     def _open(self) -> zmq.Socket[bytes]:
         if self._socket is None:
-            socket = self._context.socket(zmq.DEALER)
-            socket.setsockopt(zmq.LINGER, 0)
-            endpoints.secure_client(socket, self._address, self._keys)
-            socket.connect(self._address)
-            self._socket = socket
+            self._socket = upstream.dealer(self._context, self._address, self._keys)
         return self._socket
 
     def _reopen(self) -> None:

@@ -32,7 +32,7 @@ from typing import Final
 
 import zmq
 
-from reame.shared import endpoints, protocol
+from reame.shared import endpoints, protocol, upstream
 from reame.shared.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
@@ -178,10 +178,7 @@ class Link:
     def _connect(self) -> None:
         """Open a fresh DEALER (a new identity for the dispatcher) and announce ourselves."""
         self._close_dealer(0)
-        dealer = self._context.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        endpoints.secure_client(dealer, self._address, self._keys)
-        dealer.connect(self._address)
+        dealer = upstream.dealer(self._context, self._address, self._keys)
         self._dealer = dealer
         self._poller.register(dealer, zmq.POLLIN)
         now = time.monotonic()

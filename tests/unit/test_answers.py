@@ -34,6 +34,7 @@ from reame.shared import protocol as p
 from reame.shared.config import load
 from reame.shared.lifecycle import StopFlag
 from reame.shared.modes import SpeculativeMode
+from reame.shared.upstream import Upstream
 from tests.waiting import wait_for
 
 ID = b"\x01" * 32
@@ -234,7 +235,7 @@ def test_a_saved_answer_is_found_and_counted(keeper: tuple[str, Keeper, AnswerSt
     address, running, _ = keeper
     context: zmq.Context[Any] = zmq.Context()
     config = load(None, environ={})
-    cache = AnswerCache(config, address, context, identity=lambda _: ID)
+    cache = AnswerCache(config, address, Upstream(context), identity=lambda _: ID)
     key = cache.key(BASE)
     assert key is not None and cache.key(BASE, answer_cache=False) is None
     assert cache.lookup(key, "r1") is None
@@ -244,7 +245,7 @@ def test_a_saved_answer_is_found_and_counted(keeper: tuple[str, Keeper, AnswerSt
     report = running.report("x", [])
     assert (report.answer_entries, report.answer_hits) == (1, 1) and report.answer_misses >= 1
     off = AnswerCache(dataclasses.replace(config, cache=dataclasses.replace(config.cache, answers=False)),
-                      address, context, identity=lambda _: ID)
+                      address, Upstream(context), identity=lambda _: ID)
     assert off.key(BASE) is None
     context.destroy(linger=0)
 

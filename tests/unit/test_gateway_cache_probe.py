@@ -11,14 +11,15 @@ import zmq
 
 from reame.gateway.cache_probe import DISABLED, OFF, ON, CacheProbe
 from reame.shared import protocol as p
+from reame.shared.upstream import Upstream
 
 
 def test_disabled_cache_is_not_asked(context: zmq.Context[Any]) -> None:
-    assert CacheProbe(None, context).state(0.01) == DISABLED
+    assert CacheProbe(None, Upstream(context)).state(0.01) == DISABLED
 
 
 def test_missing_socket_file_is_off_at_once(context: zmq.Context[Any], tmp_path: Path) -> None:
-    assert CacheProbe(f"ipc://{tmp_path}/cache.ipc", context).state(60.0) == OFF
+    assert CacheProbe(f"ipc://{tmp_path}/cache.ipc", Upstream(context)).state(60.0) == OFF
 
 
 def test_silent_cachekeeper_is_off(context: zmq.Context[Any]) -> None:
@@ -26,7 +27,7 @@ def test_silent_cachekeeper_is_off(context: zmq.Context[Any]) -> None:
     router = context.socket(zmq.ROUTER)
     router.bind(address)
     try:
-        assert CacheProbe(address, context).state(0.05) == OFF
+        assert CacheProbe(address, Upstream(context)).state(0.05) == OFF
     finally:
         router.close(linger=0)
 
@@ -46,7 +47,7 @@ def test_answering_cachekeeper_is_on(context: zmq.Context[Any]) -> None:
     keeper = threading.Thread(target=answer)
     keeper.start()
     try:
-        assert CacheProbe(address, context).state(60.0) == ON
+        assert CacheProbe(address, Upstream(context)).state(60.0) == ON
     finally:
         keeper.join()
         router.close(linger=0)
