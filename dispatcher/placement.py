@@ -17,13 +17,14 @@ from typing import Final
 
 from reame.shared import affinity
 from reame.shared import protocol as p
+from reame.shared.config import DispatcherConfig, defaults
 
 # Less shared text than this is read again sooner than it is worth waiting for.
 MIN_SHARE_CHARS: Final = 1024
 # A waited-for worker may still be reading the document and then has to answer;
-# waiting for it is worth up to this many times the reading it saves (the default
-# of dispatcher.affinity_slack).
-AFFINITY_SLACK: Final = 2.0
+# waiting for it is worth up to this many times the reading it saves:
+# dispatcher.affinity_slack, whose default is declared in shared.config.
+AFFINITY_SLACK: Final = defaults(DispatcherConfig).affinity_slack
 MAX_AFFINITY_WAIT_S: Final = 60.0
 # Prefill speed, in characters a second, until one is observed: about 50 tokens/s, a 1.5B
 # model on a slow core. Erring slow makes the first waits long rather than in vain.

@@ -50,6 +50,7 @@ from gunicorn.workers.gthread import _DEFER, DEFAULT_WORKER_DATA_TIMEOUT, TConn,
 from reame.gateway.errors import INVALID_REQUEST, OVERLOADED, SERVER_ERROR
 from reame.gateway.headers import GENERATED_PREFIX, REQUEST_ID_HEADER
 from reame.gateway.requestlog import log_safe
+from reame.shared.config import ServerConfig, defaults
 
 log = logging.getLogger("gateway.http")
 
@@ -98,7 +99,7 @@ class _TimedSocket(socket.socket):
     """
 
     __slots__ = ()
-    read_timeout: float = 20.0  # set once per gunicorn worker process from the config
+    read_timeout: float = defaults(ServerConfig).read_timeout  # set once per gunicorn worker process from the config
 
     def setblocking(self, flag: bool) -> None:
         if flag:

@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from reame.gateway.errors import invalid
+from reame.shared.logprobs import MAX_TOP
 from reame.shared.protocol import TokenLogprob
-
-MAX_TOP: Final = 20  # OpenAI's bound on top_logprobs
 
 Json = dict[str, Any]
 

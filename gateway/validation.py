@@ -39,13 +39,13 @@ from reame.gateway.structured import response_grammar
 from reame.gateway.tool_calls import CallFormat
 from reame.gateway.tools import Tools, flatten_history, history_calls, parse_tools, uses_tools
 from reame.shared.chunking import part_breaks
-from reame.shared.config import SamplingConfig
+from reame.shared.config import SamplingConfig, ServerConfig, defaults
 from reame.shared.modes import CompressMode, SpeculativeMode, choices
 from reame.shared.protocol import ChatMessage, SamplingParams
 
 ROLES: Final = frozenset({"system", "user", "assistant", "developer", "tool"})
 MAX_PROMPTS: Final = 64  # prompts in one completions request; each is a sequential generation
-MAX_MESSAGES: Final = 1024  # server.max_messages' default; counted before any message is read
+MAX_MESSAGES: Final = defaults(ServerConfig).max_messages  # counted before any message is read
 EXTENSION_FIELD: Final = "reame"
 EXTENSION_KEYS: Final[frozenset[str]] = frozenset(
     {"cache", "compress", "speculative", "cache_salt", "answer_cache", "chunks"}

@@ -12,14 +12,13 @@ so the last choice is always the token being emitted.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from reame.shared.logprobs import MAX_TOP
 from reame.shared.protocol import TokenLogprob
-
-MAX_TOP: Final = 20  # OpenAI's bound on top_logprobs
 
 
 class Chooser(Protocol):
