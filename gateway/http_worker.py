@@ -47,7 +47,7 @@ from gunicorn import util
 from gunicorn.http import errors as http_errors
 from gunicorn.workers.gthread import _DEFER, DEFAULT_WORKER_DATA_TIMEOUT, TConn, ThreadWorker
 
-from reame.gateway.errors import INVALID_REQUEST, OVERLOADED, SERVER_ERROR
+from reame.gateway.errors import OVERLOADED, APIError, internal
 from reame.gateway.headers import GENERATED_PREFIX, REQUEST_ID_HEADER
 from reame.gateway.requestlog import log_safe
 from reame.shared.config import ServerConfig, defaults
@@ -144,21 +144,20 @@ class _TimedSocket(socket.socket):
         raise ReadTimeout(b"") from None
 
 
-def error_response(status: int, reason: str, message: str, code: str, type_: str = INVALID_REQUEST,
-                   retry_after: int | None = None) -> bytes:
-    """Return a whole HTTP/1.1 answer with OpenAI's error body, closing the connection.
+def error_response(error: APIError, reason: str, retry_after: int) -> bytes:
+    """Return a whole HTTP/1.1 answer with ``error``'s OpenAI body, closing the connection.
 
-    It carries a fresh ``x-request-id``, as every answer of the app does (gateway.headers):
-    the request was not read, so there is no client id to echo.
+    ``reason`` is the status line's phrase; ``Retry-After: retry_after`` goes with it
+    if ``error.retry``, as the app answers (gateway.app). It carries a fresh
+    ``x-request-id``, as every answer of the app does (gateway.headers): the request
+    was not read, so there is no client id to echo.
     """
-    body = json.dumps(
-        {"error": {"message": message, "type": type_, "param": None, "code": code}}, ensure_ascii=True
-    ).encode("ascii")
+    body = json.dumps({"error": error.to_dict()}, ensure_ascii=True).encode("ascii")
     headers = [
-        f"HTTP/1.1 {status} {reason}", "Connection: close", "Content-Type: application/json",
+        f"HTTP/1.1 {error.status} {reason}", "Connection: close", "Content-Type: application/json",
         f"Content-Length: {len(body)}", f"{REQUEST_ID_HEADER}: {GENERATED_PREFIX}{secrets.token_hex(12)}",
     ]
-    if retry_after is not None:
+    if error.retry:
         headers.append(f"Retry-After: {retry_after}")
     return ("\r\n".join(headers) + "\r\n\r\n").encode("ascii") + body
 
@@ -221,7 +220,8 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
             message = f"this client already has {PROBES_PER_CLIENT} probes being read; retry when one ends"
         else:
             message = f"this client already has {self.per_client} connections in service; retry when one ends"
-        answer = error_response(429, "Too Many Requests", message, TOO_MANY, OVERLOADED, self.retry_after)
+        refusal = APIError(429, message, type=OVERLOADED, code=TOO_MANY, retry=True)
+        answer = error_response(refusal, "Too Many Requests", self.retry_after)
         self._note_refusal(address)
         try:
             sock.setblocking(False)
@@ -336,11 +336,10 @@ class ReameThreadWorker(ThreadWorker):  # type: ignore[misc]
             status, reason, code = parse_error(exc)
             message = f"{reason}: {log_safe(str(exc))[:200]}"
             log.warning("invalid request from %s: %s %d %s", peer, code, status, log_safe(str(exc))[:200])
-            answer = error_response(status, reason, message, code)
+            answer = error_response(APIError(status, message, code=code), reason, self.retry_after)
         else:
             log.error("error while serving a request from %s", peer, exc_info=exc)
-            answer = error_response(500, "Internal Server Error", "internal error; the gateway log has the details",
-                                    "internal_error", SERVER_ERROR)
+            answer = error_response(internal(), "Internal Server Error", self.retry_after)
         try:
             util.write_nonblock(client, answer)
         except OSError:

@@ -24,8 +24,8 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
 
 
 def test_error_answers_are_whole_http_messages_in_openai_shape() -> None:
-    answer = http_worker.error_response(429, "Too Many Requests", "slow down", "too_many_connections",
-                                        "overloaded_error", retry_after=2)
+    refusal = APIError(429, "slow down", type="overloaded_error", code="too_many_connections", retry=True)
+    answer = http_worker.error_response(refusal, "Too Many Requests", retry_after=2)
     head, _, body = answer.partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
     assert lines[0] == "HTTP/1.1 429 Too Many Requests"
