@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from reame.shared.config import WorkersConfig, defaults
+
 UNITS = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
 INSTALLED_REAME = "/opt/reame/venv/bin/reame"
 HARDENING = {
@@ -50,10 +52,13 @@ def test_each_unit_is_hardened(path: Path) -> None:
     assert "Wants=network-online.target" in text and "After=network-online.target" in text
 
 
-def test_the_one_vm_unit_notifies_and_the_worker_is_pinned() -> None:
+def test_the_one_vm_unit_notifies_and_a_worker_may_lend_its_threads() -> None:
     assert service(UNITS / "reame.service")["Type"] == "notify"
     worker = service(UNITS / "reame-worker@.service")
-    assert worker["CPUAffinity"] == "%i" and worker["LimitMEMLOCK"] == "infinity"
+    assert worker["LimitMEMLOCK"] == "infinity"
+    # Lending is on by default: a worker pinned to one CPU would run its borrowed threads there.
+    assert defaults(WorkersConfig).lend_threads
+    assert "CPUAffinity" not in worker
 
 
 def test_systemd_analyze_verify_passes_on_every_unit(tmp_path: Path) -> None:
@@ -66,7 +71,7 @@ def test_systemd_analyze_verify_passes_on_every_unit(tmp_path: Path) -> None:
     names = []
     for path in unit_files():
         (tmp_path / path.name).write_text(path.read_text().replace(INSTALLED_REAME, str(reame)))
-        # A template is verified as an instance (CPUAffinity=%i needs a number).
+        # A template is verified as an instance (%i is the worker's --index).
         names.append(path.name.replace("@.", "@0."))
     result = subprocess.run(
         [analyze, "verify", *(str(tmp_path / name) for name in names)],
