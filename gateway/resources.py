@@ -183,7 +183,7 @@ class _Generation:
         deadline = time.time() + self.settings.request_timeout
         tenant = tenant_of(req)
         key_scope = tenant.scope if tenant is not None and self.settings.per_key_scope else ""
-        chunks = self.settings.config.cache.chunks if options.chunks is None else options.chunks
+        chunks = self.settings.config.cache.chunks.applies(options.chunks, messages)
         # auto's first question about a document is sent as query, with a warm of the document behind it.
         compressed, mode, reader = self.warming.compress(
             request_id, deadline, prompt=prompt, messages=messages, mode=options.compress, warm=warm,

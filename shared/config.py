@@ -28,7 +28,7 @@ from reame.shared.config_parsers import number as _float
 from reame.shared.config_parsers import size as _size
 from reame.shared.config_parsers import text as _text
 from reame.shared.kv_entry import MAX_LEVEL, MIN_LEVEL
-from reame.shared.modes import CompressMode, SpeculativeMode
+from reame.shared.modes import ChunkMode, CompressMode, SpeculativeMode
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -125,6 +125,13 @@ class MemoryConfig:
     repack: bool = key(_bool, "true")
 
 
+def _chunk_mode(text: str) -> ChunkMode:
+    """off, parts or on; true and false (the key's values before parts existed) mean on and off."""
+    value = text.strip().lower()
+    legacy = {"true": ChunkMode.ON, "false": ChunkMode.OFF}
+    return legacy[value] if value in legacy else _mode(ChunkMode)(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class CacheConfig:
     enabled: bool = key(_bool, "true")
@@ -139,7 +146,7 @@ class CacheConfig:
     scope: str = key(_choice("auto", "shared", "per_key"), "auto")
     answers: bool = key(_bool, "true")  # the answer cache (gateway.answers, cachekeeper.answers)
     answers_max_size: int = key(_size, "256MB")
-    chunks: bool = key(_bool, "false")  # chunk mode (worker.chunk_plan)
+    chunks: ChunkMode = key(_chunk_mode, "parts")  # noqa: RUF009  # which requests chunk mode reads (worker.chunk_plan)
 
 
 @dataclasses.dataclass(frozen=True)

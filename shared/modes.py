@@ -9,6 +9,11 @@ StrEnums, they compare equal to their wire strings.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the protocol imports these modes
+    from reame.shared.protocol import ChatMessage
 
 
 class SpeculativeMode(enum.StrEnum):
@@ -28,6 +33,24 @@ class CompressMode(enum.StrEnum):
     QUERY = "query"  # depends on the question, so not cache-stable
     # The document as ``facts`` (cache-stable), plus query's excerpts restated before the question.
     AUTO = "auto"
+
+
+class ChunkMode(enum.StrEnum):
+    """Which requests are read in chunk mode (worker.chunk_plan): pieces reused wherever they sit."""
+
+    OFF = "off"
+    # Only a request with a content sent as several text parts: the client marked its documents,
+    # each part one chunk, which keeps a document's own attention whole (BENCHMARKS.md, chunk mode).
+    PARTS = "parts"
+    ON = "on"  # every request; a long text is also cut after its long paragraphs
+
+    def applies(self, asked: bool | None, messages: Sequence[ChatMessage] | None) -> bool:
+        """Tell whether a request is read in chunk mode: as it ``asked`` ("reame": {"chunks"}), else as configured."""
+        if asked is not None:
+            return asked
+        if self is ChunkMode.PARTS:
+            return any(message.breaks for message in messages or ())
+        return self is ChunkMode.ON
 
 
 def choices(modes: type[enum.StrEnum]) -> str:

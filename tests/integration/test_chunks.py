@@ -223,3 +223,17 @@ def test_a_cache_that_cannot_move_positions_reads_chunked_requests_whole(monkeyp
     assert isinstance(done, Done)
     assert (done.chunks_read, done.chunks_from_store, done.link_tokens) == (0, 0, 0)
     assert engine.kv.spans == ()
+
+
+def test_by_default_only_documents_sent_as_parts_are_read_in_chunks(server: Server) -> None:
+    """cache.chunks = parts: the client marked its documents as parts; a joined text is reused from its start only."""
+    question = "Who answers complaints about cider?"
+    joined = ask(server, ("orchard", "quarry"), question)
+    assert "chunks" not in joined["usage"]["reame"], joined["usage"]
+    content = [{"type": "text", "text": DOCS[name] + "\n\n"} for name in ("quarry", "orchard")]
+    user = {"role": "user", "content": [*content, {"type": "text", "text": question}]}
+    body = {"model": "m", "temperature": 0, "max_tokens": 12, "messages": [{"role": "system", "content": SYSTEM}, user]}
+    status, _, parted = server.post_json("/v1/chat/completions", body)
+    assert status == 200, parted
+    counts = chunks(parted)
+    assert counts["read"] + counts["in_memory"] + counts["from_store"] == 2, counts  # a chunk a part

@@ -91,3 +91,19 @@ def test_sizes_take_units(text: str, size: int) -> None:
 def test_bad_sizes_are_rejected(text: str) -> None:
     with pytest.raises(config.ConfigError, match="REAME_CACHE_MAX_SIZE"):
         config.load(None, environ={"REAME_CACHE_MAX_SIZE": text})
+
+
+def test_chunk_mode_parts_applies_only_to_a_content_sent_in_parts_and_a_request_decides_first() -> None:
+    from reame.shared.config import load
+    from reame.shared.modes import ChunkMode
+    from reame.shared.protocol import ChatMessage
+
+    assert load(None, environ={}).cache.chunks is ChunkMode.PARTS
+    joined = [ChatMessage("user", "DOC A\n\nDOC B\n\nWhat?")]
+    parts = [ChatMessage("user", "DOC A\n\nWhat?", breaks=(7,))]
+    assert not ChunkMode.PARTS.applies(None, joined) and ChunkMode.PARTS.applies(None, parts)
+    assert not ChunkMode.PARTS.applies(None, None)  # a raw completions prompt
+    assert ChunkMode.ON.applies(None, joined) and not ChunkMode.OFF.applies(None, parts)
+    assert ChunkMode.OFF.applies(True, joined) and not ChunkMode.ON.applies(False, parts)
+    for old, new in (("true", ChunkMode.ON), ("false", ChunkMode.OFF), ("On", ChunkMode.ON)):
+        assert load(None, environ={"REAME_CACHE_CHUNKS": old}).cache.chunks is new
