@@ -32,7 +32,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     scheduler = Scheduler(
         config.server.queue_size, time.time(), lend_threads=config.workers.lend_threads,
         affinity_slack=config.dispatcher.affinity_slack,
-        save_min_tokens=config.cache.min_tokens if config.cache.enabled else None,
     )
     broker = Broker(
         config.frontend_address, config.backend_address, scheduler, keys=keys,

@@ -67,10 +67,8 @@ class Scheduler(Warms):
         liveness: int = p.HEARTBEAT_LIVENESS,
         lend_threads: bool = False,
         affinity_slack: float = AFFINITY_SLACK,
-        save_min_tokens: int | None = None,
     ) -> None:
         self._lend = lend_threads
-        self._save_min = save_min_tokens
         self._queue_size = queue_size
         self._interval = interval
         self._ttl = interval * liveness

@@ -29,7 +29,6 @@ class Warms:
     _idle: collections.OrderedDict[bytes, None]
     _requests: dict[str, Request]
     _queue: collections.OrderedDict[str, None]
-    _save_min: int | None  # a worker stores a prompt of at least this many tokens after its reply (None: no cache)
     placement: Placement
     background: Background
 
@@ -71,14 +70,14 @@ class Warms:
     def _ended(self, request: Request, done: p.Done | None) -> bool:
         """Learn from a request's end; True if it is a warm that yielded and waits for idle cores again.
 
-        A user request's prompt is remembered as stored: its worker stores it after this Done.
+        Its prompt is remembered as stored when its worker says so (Done.cache_saved): a
+        user request's is stored after its Done.
         """
         warms = self.background
         self._learn_chunks(request, done)
+        if done is not None and done.cache_saved:
+            warms.known.add(request.chain)
         if not request.background:
-            if done is not None and request.generate.cache and self._save_min is not None \
-                    and done.prompt_tokens >= self._save_min:
-                warms.known.add(request.chain)
             return False
         if done is None and request.preempted and not request.cancelled:
             warms.counters.preempted += 1
@@ -89,8 +88,6 @@ class Warms:
         warms.forget(request.request_id, request.chain)
         if done is not None:
             warms.counters.finished += 1
-            if done.cache_saved:
-                warms.known.add(request.chain)
         return False
 
     def _on_warm(self, request: Request, now: float) -> list[Send]:

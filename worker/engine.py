@@ -119,6 +119,12 @@ class Engine:
             if prompt is not None:
                 self._save(request, prompt)
 
+    def _will_save(self, request: Generate, prompt: Prompt) -> bool:
+        """Tell whether the prompt's state (in chunk mode: its chunks) is stored, or :meth:`_save` will store it."""
+        if prompt.chunks is not None:
+            return self.chunk_store is not None and request.cache and self.chunk_store.service.available
+        return self.cache is not None and request.cache and self.cache.worth_saving(self.kv, prompt.tokens, warm=False)
+
     def _save(self, request: Generate, prompt: Prompt) -> None:
         """Store the prompt's state (or its fresh chunks) if worth it; the reply is already out, so never fail."""
         if prompt.chunks is not None:
@@ -178,6 +184,7 @@ class Engine:
             chunks_from_store=chunks.from_store,
             chunks_read=chunks.read,
             link_tokens=chunks.link_tokens,
+            cache_saved=self._will_save(request, read),  # the dispatcher learns what is stored from it
         )
         return done, read
 

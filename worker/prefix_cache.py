@@ -90,13 +90,17 @@ class PrefixCache:
             return Restored(local)
         fingerprint = scoped_fingerprint(self.fingerprint, kv.scope)
         blocks = block_hashes(fingerprint, prompt, self._block_tokens)
-        fetched = self.service.lookup(
-            fingerprint, blocks, lambda header: self._wanted(header, fingerprint, prompt, local)
-        )
+        lengths: dict[str, int] = {}  # what each entry the service looked at would restore
+
+        def wanted(header: EntryHeader) -> bool:
+            length = lengths[header.key()] = self._restore_length(header, fingerprint, prompt, local, min_gain)
+            return length > 0
+
+        fetched = self.service.lookup(fingerprint, blocks, wanted)
         if fetched is None:
             return Restored(local)
         header = fetched.header
-        match = cache_policy.restore_length(header.tokens, prompt, local, min_gain)
+        match = lengths.get(header.key(), 0)
         if match <= local:  # the service ignored ``wanted``: nothing to gain
             return Restored(local)
         started = time.perf_counter()
@@ -112,12 +116,15 @@ class PrefixCache:
         )
         return Restored(match, common_prefix(header.tokens, prompt))
 
-    def _wanted(self, header: EntryHeader, fingerprint: bytes, prompt: Sequence[int], local: int) -> bool:
+    def _restore_length(
+        self, header: EntryHeader, fingerprint: bytes, prompt: Sequence[int], local: int, min_gain: int
+    ) -> int:
+        """Return how many prompt tokens to restore from the entry of ``header``; 0: not this entry."""
         problem = cache_policy.entry_problem(header, fingerprint, self._kv_type, self._n_ctx)
         if problem is not None:
             log.info("not restoring cache entry %s: %s", header.key(), problem)
-            return False
-        return cache_policy.restore_length(header.tokens, prompt, local, self._block_tokens) > 0
+            return 0
+        return cache_policy.restore_length(header.tokens, prompt, local, min_gain)
 
     def save(self, kv: KvCache, prompt: Sequence[int], warm: bool, *, wait: bool | None = None) -> bool:
         """Store the state of ``prompt`` (at the head of ``kv``, and the reply after it) if worth it; True if stored.
@@ -128,14 +135,10 @@ class PrefixCache:
         background warm must not keep a user request waiting); any other save is
         queued, the engine does not wait for it.
         """
-        self._forget_lost(kv)
-        n_prompt = len(prompt)
-        if kv.stored >= n_prompt:
+        if not self.worth_saving(kv, prompt, warm):
+            return False
+        if kv.stored >= len(prompt):
             return True
-        if not cache_policy.should_save(n_prompt, kv.stored, self._min_tokens, warm):
-            return False
-        if not self.service.available or kv.tokens[:n_prompt] != tuple(prompt):
-            return False
         # The reply is stored with its prompt and stays in memory: a conversation's next
         # turn repeats it, and a later prompt that does not is served by the prompt's part.
         tokens = kv.tokens
@@ -157,6 +160,18 @@ class PrefixCache:
         if stored:
             kv.mark_stored(len(tokens))
         return stored
+
+    def worth_saving(self, kv: KvCache, prompt: Sequence[int], warm: bool) -> bool:
+        """Tell whether the state of ``prompt`` (at the head of ``kv``) is stored, or :meth:`save` would store it.
+
+        Asked before a reply's Done, which says so (Done.cache_saved), the prompt being saved after it.
+        """
+        self._forget_lost(kv)
+        n_prompt = len(prompt)
+        if kv.stored >= n_prompt:
+            return True
+        return cache_policy.should_save(n_prompt, kv.stored, self._min_tokens, warm) \
+            and self.service.available and kv.tokens[:n_prompt] == tuple(prompt)
 
     def _forget_lost(self, kv: KvCache) -> None:
         """Take back the stored mark of queued saves that failed, where ``kv`` still holds their tokens."""

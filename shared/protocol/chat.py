@@ -183,7 +183,9 @@ class Done(Struct, frozen=True):
     restored_tokens: int = 0  # of those, the ones restored from the store (the rest were in memory)
     prompt_ms: float = 0.0  # time spent reading the prompt
     generation_ms: float = 0.0  # time from the first to the last token
-    cache_saved: bool = False  # for warm requests: the prompt's state is in the store
+    # The prompt's state (in chunk mode: its chunks) is in the store, or on its way there:
+    # a reply's is sent after this Done. The dispatcher learns what is stored from it.
+    cache_saved: bool = False
     draft_tokens: int = 0  # speculative tokens proposed
     accepted_draft_tokens: int = 0  # ...and accepted by the target model
     queue_ms: float = 0.0  # set by the dispatcher: time from its arrival to its (last) worker

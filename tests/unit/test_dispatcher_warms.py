@@ -48,8 +48,8 @@ def to_client(message: p.Message) -> Send:
     return Send(Dest.CLIENT, GW, message)
 
 
-def attached(*identities: bytes, lend: bool = False, save_min_tokens: int | None = None) -> Scheduler:
-    sched = Scheduler(queue_size=4, now=T0, lend_threads=lend, save_min_tokens=save_min_tokens)
+def attached(*identities: bytes, lend: bool = False) -> Scheduler:
+    sched = Scheduler(queue_size=4, now=T0, lend_threads=lend)
     for identity in identities:
         ready = p.Ready(worker_id=identity.decode(), pid=1, model="m", n_ctx=4096, threads=1, host="vm")
         sched.worker_message(identity, ready, T0)
@@ -164,7 +164,7 @@ def test_a_request_waiting_for_the_worker_of_a_warm_stops_that_warm() -> None:
 
 
 def test_the_prefix_answer_counts_user_prompts_and_stored_ones_not_a_warm_in_progress() -> None:
-    sched = attached(W1, W2, save_min_tokens=256)
+    sched = attached(W1, W2)
     prefix = tuple(affinity.chain(warm("b1", HEAD)))
     sched.client_message(GW, warm("b1", HEAD), T0)
     status = sched.status(prefix)
@@ -174,7 +174,7 @@ def test_the_prefix_answer_counts_user_prompts_and_stored_ones_not_a_warm_in_pro
     sched.client_message(GW, user("q1", QUESTION), T0)
     assert sched.status(prefix).prefix_chars == prefix[-1].chars
     assert refusals(sched.client_message(GW, warm("b2", HEAD), T0)) == ["b2"]
-    sched.worker_message(W2, done("q1", prompt_tokens=900), T0)
+    sched.worker_message(W2, done("q1", prompt_tokens=900, saved=True), T0)  # its worker stores it after
     sched.worker_message(W2, p.Disconnect(), T0)
     assert sched.status(prefix).prefix_chars == prefix[-1].chars  # the store has it: no worker holds it now
     # Most of a prompt is not all of it: a warm of the document with more after it is still welcome.
