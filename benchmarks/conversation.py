@@ -21,7 +21,7 @@ from typing import Any
 
 from reame.benchmarks.common import Peer, Progress, Setup, Timing, ask, how, nonce
 from reame.benchmarks.exam import INSTRUCTION, Question, grade, load_exam
-from reame.benchmarks.llama_server import LlamaServer, flags
+from reame.benchmarks.llama_server import flags, running
 from reame.benchmarks.report import Section, median, plot, ratio, table
 from reame.benchmarks.server import start_server
 
@@ -94,15 +94,9 @@ def on_peer(setup: Setup, document: str, asked: list[Question], progress: Progre
 
 def on_llama_server(setup: Setup, document: str, asked: list[Question], progress: Progress) -> list[Timing]:
     assert setup.llama_server is not None
-    peer = LlamaServer(setup.llama_server, setup.model, setup.threads, max(setup.n_ctx, PEER_N_CTX),
-                       setup.tmp / "conversation-llama-server.log")
-    peer.start()
-    try:
-        with peer.client() as client:
-            ask(client, WARM_UP, 1)
-            return converse(client, document, asked, progress, "llama-server")
-    finally:
-        peer.stop()
+    with running(setup.llama_server, setup.model, setup.threads, max(setup.n_ctx, PEER_N_CTX),
+                 setup.tmp / "conversation-llama-server.log") as client:
+        return converse(client, document, asked, progress, "llama-server")
 
 
 def turn_sizes(setup: Setup, asked: list[Question], timings: list[Timing]) -> list[int]:

@@ -13,8 +13,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import openai
 
@@ -74,3 +77,17 @@ class LlamaServer:
 
     def client(self, timeout: float = 900) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base_url, api_key="x", max_retries=0, timeout=timeout)
+
+
+@contextmanager
+def running(binary: Path, model: Path, threads: int, n_ctx: int, log: Path) -> Iterator[openai.OpenAI]:
+    """Start llama-server (one slot), yield a client once a first request has loaded what requests share; stop it."""
+    server = LlamaServer(binary, model, threads, n_ctx, log)
+    server.start()
+    try:
+        with server.client() as client:
+            hello: Any = [{"role": "user", "content": "Say hello."}]
+            client.chat.completions.create(model="m", messages=hello, max_tokens=1)
+            yield client
+    finally:
+        server.stop()

@@ -18,7 +18,7 @@ from typing import Any
 
 from reame.benchmarks.common import Progress, Setup, Timing, ask, how
 from reame.benchmarks.exam import INSTRUCTION, grade, load_exam
-from reame.benchmarks.llama_server import LlamaServer, flags
+from reame.benchmarks.llama_server import flags, running
 from reame.benchmarks.report import Section, median, plot, ratio, table
 from reame.benchmarks.server import Server, start_server
 
@@ -118,18 +118,12 @@ def wait_stored(cache: Path, count: int) -> None:
 def on_llama_server(setup: Setup, requests: list[list[dict[str, Any]]], progress: Progress) -> list[Timing]:
     assert setup.llama_server is not None
     # Its prompts are the documents as sent (reame's are after lossless compression): more room.
-    peer = LlamaServer(setup.llama_server, setup.model, setup.threads, max(setup.n_ctx, PEER_N_CTX),
-                       setup.tmp / "rag-llama-server.log")
-    peer.start()
-    try:
-        with peer.client() as client:
-            ask(client, WARM_UP, 1)
-            timings = []
-            for request in requests:
-                timings.append(ask(client, request, MAX_TOKENS))
-                progress.step("llama-server")
-    finally:
-        peer.stop()
+    timings = []
+    with running(setup.llama_server, setup.model, setup.threads, max(setup.n_ctx, PEER_N_CTX),
+                 setup.tmp / "rag-llama-server.log") as client:
+        for request in requests:
+            timings.append(ask(client, request, MAX_TOKENS))
+            progress.step("llama-server")
     return timings
 
 
