@@ -26,6 +26,7 @@ from typing import Any, Final
 from reame.benchmarks.common import Progress, Setup, how
 from reame.benchmarks.report import Cell, Section, plot, ratio, table
 from reame.worker.kv import KvCache
+from reame.worker.memory import status_bytes
 from reame.worker.model import Model
 from reame.worker.speculative.costs import CONTEXT, clock, time_decodes
 
@@ -62,13 +63,7 @@ class Loaded:
 
 def rss_anon(status: Path = Path("/proc/self/status")) -> int:
     """This process's private anonymous memory in bytes (RssAnon), 0 where the kernel does not say."""
-    try:
-        for line in status.read_text().splitlines():
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return status_bytes("RssAnon", status) or 0
 
 
 def run(setup: Setup) -> Section:

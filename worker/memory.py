@@ -31,15 +31,20 @@ def model_params(use_mmap: bool, use_mlock: bool, repack: bool) -> Any:
     return params
 
 
-def locked_bytes(status: Path = Path("/proc/self/status")) -> int | None:
-    """Return this process's locked memory (VmLck), None where the kernel does not say."""
+def status_bytes(field: str, status: Path = Path("/proc/self/status")) -> int | None:
+    """Return a kB field of /proc/self/status (VmLck, RssAnon ...) in bytes, None where the kernel does not say."""
     try:
         for line in status.read_text().splitlines():
-            if line.startswith("VmLck:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def locked_bytes(status: Path = Path("/proc/self/status")) -> int | None:
+    """Return this process's locked memory (VmLck), None where the kernel does not say."""
+    return status_bytes("VmLck", status)
 
 
 def check_locked(path: Path, locked: int | None) -> bool:
