@@ -1,9 +1,10 @@
-"""`reame bench [SCENARIO ...]`: every claim measured side by side with the peer, with progress and plots.
+"""`reame bench [SCENARIO ...]`: every claim measured side by side with its peers, with progress and plots.
 
-Each scenario runs reame and `python -m llama_cpp.server` on the same model, threads and
-prompts, alternating them in one run, prints a Markdown table, the ratio its goal is
-stated in and how the figures were taken; REPORT.md and the PNG plots go to --out.
-Needs the `bench` extra (`pip install 'reame[bench]'`: the peer, tqdm, matplotlib).
+Each scenario runs reame and its peers (benchmarks.peers: llama.cpp's llama-server and
+llama-cpp-python's server, --peer) on the same model, threads and prompts, in one run,
+prints a Markdown table, the ratio its goal is stated in and how the figures were taken;
+REPORT.md and the PNG plots go to --out.
+Needs the `bench` extra (`pip install 'reame[bench]'`: llama-cpp-python's server, tqdm, matplotlib).
 """
 
 from __future__ import annotations
@@ -93,13 +94,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "numbers, negations, conditions) about the exam's documents")
     parser.add_argument("--llama-server", metavar="PATH", type=Path, default=None,
                         help="llama.cpp's llama-server binary (default: $REAME_BENCH_LLAMA_SERVER, `make peer`'s "
-                        "build, or llama-server on PATH); scenarios that compare with it skip it when none is found")
+                        "build, or llama-server on PATH)")
+    parser.add_argument("--peer", metavar="PEER", default=None,
+                        help="both, llama-server or llama-cpp-python: the servers to measure reame against "
+                        "(default: every one found here); one named and not found is an error")
 
 
 def run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `reame --help` and `reame serve` build this parser on a
     # plain install, which lacks what the benchmarks need (openai, the bench extra).
-    from reame.benchmarks import llama_server
+    from reame.benchmarks import llama_server, peers
     from reame.benchmarks.common import Setup, machine
     from reame.benchmarks.report import write
     from reame.shared.config import ConfigError, load
@@ -109,6 +113,12 @@ def run(args: argparse.Namespace) -> int:
     refusal = unknown_scenarios(chosen)
     if refusal:
         print(f"reame bench: {refusal}", file=sys.stderr)
+        return 2
+    binary = llama_server.find(args.llama_server)
+    try:
+        chosen_peers = peers.choose(args.peer, binary, peers.llama_cpp_python_installed())
+    except peers.PeerError as err:
+        print(f"reame bench: {err}", file=sys.stderr)
         return 2
     try:
         config = load(None, environ={"REAME_MODEL_PATH": str(args.model)} if args.model else {})
@@ -122,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="reame-bench-") as tmp:
         setup = Setup(model=model, draft_model=args.draft_model, exam=args.exam or default_exam(), out=args.out,
                       threads=args.threads, quick=args.quick, n_ctx=config.model.n_ctx, tmp=Path(tmp),
-                      llama_server=llama_server.find(args.llama_server), limit=args.limit, rounds=args.rounds,
+                      llama_server=binary, peers=chosen_peers, limit=args.limit, rounds=args.rounds,
                       modes=tuple(mode for mode in args.modes.split(",") if mode), settle=args.settle,
                       hard=args.hard)
         for name in chosen:
@@ -161,7 +171,8 @@ def command_line(chosen: list[str], args: argparse.Namespace) -> str:
     """The options that shape the figures, as a user would type them (model files by name)."""
     words = [*chosen, "--threads", str(args.threads), *(["--limit", str(args.limit)] if args.limit else []),
              *(["--rounds", str(args.rounds)] if args.rounds else []), *(["--modes", args.modes] if args.modes else []),
-             *(["--settle"] if args.settle else []), *(["--hard"] if args.hard else [])]
+             *(["--settle"] if args.settle else []), *(["--hard"] if args.hard else []),
+             *(["--peer", args.peer] if args.peer else [])]
     for flag, path in (("--model", args.model), ("--draft-model", args.draft_model), ("--exam", args.exam)):
         if path:
             words += [flag, path.name]

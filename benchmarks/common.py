@@ -26,6 +26,7 @@ PEER_START_TIMEOUT_S = 180.0
 # document. 512 MiB still holds a dozen entries of 2,000-token prompts, more than any
 # scenario revisits (4 documents at most).
 PEER_CACHE_BYTES = 512 << 20
+PEER_CACHE_FLAGS = ("--cache", "true", "--cache_size", str(PEER_CACHE_BYTES))
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Setup:
     n_ctx: int
     tmp: Path
     llama_server: Path | None = None  # llama.cpp's server binary, where one is built (benchmarks.llama_server)
+    peers: tuple[str, ...] = ()  # the peers to run (benchmarks.peers.choose: --peer, else every one found)
     limit: int = 0  # at most this many exam questions a document in rag-exam and exam (0: all)
     rounds: int = 0  # rounds of the scenarios that repeat their measurement (0: the scenario's own default)
     modes: tuple[str, ...] = ()  # exam: the compression modes, in this order (empty: the scenario's own)
@@ -169,7 +171,7 @@ class Peer:
     threads: int
     n_ctx: int
     log: Path
-    extra: tuple[str, ...] = ("--cache", "true", "--cache_size", str(PEER_CACHE_BYTES))
+    extra: tuple[str, ...] = PEER_CACHE_FLAGS
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     clients: list[openai.OpenAI] = field(default_factory=list, repr=False)  # closed by stop()

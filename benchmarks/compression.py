@@ -1,8 +1,8 @@
-"""Scenario `compress`: the fact exam with compression off, lossless and facts, and on the peer.
+"""Scenario `compress`: the fact exam with compression off, lossless and facts, and on the peers.
 
 Each question is asked with its document as the system message and the question plus
 an instruction to answer briefly as the user message, greedy, of reame in each mode
-(`"reame": {"compress": mode}`) and of the peer (which reads the document as it is),
+(`"reame": {"compress": mode}`) and of each peer (which reads the document as it is),
 the sides of a document in a rotating order. "Cold" is each document's first question
 on a side (the whole prompt is read), "warm" the others. Retention and size per mode
 are computed here, without a server, with the model's tokenizer.
@@ -11,31 +11,36 @@ Goals for facts: at least 50 % fewer tokens, every fact retained, accuracy not l
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
-from reame.benchmarks.common import Peer, Progress, Setup, Timing, ask, both, chat, how
+from reame.benchmarks import peers
+from reame.benchmarks.common import Progress, Setup, Timing, ask, chat, how
 from reame.benchmarks.exam import INSTRUCTION, Question, grade, load_exam, retained
 from reame.benchmarks.report import Section, bars, median, plot, ratio, table
+from reame.benchmarks.server import start_server
 
 MODES = ("off", "lossless", "facts")
-SIDES = ("peer", *MODES)
 MAX_TOKENS = 32
 
 
 def run(setup: Setup) -> Section:
     docs, questions = load_exam(setup.exam, setup.quick)
-    progress = Progress(len(SIDES) * len(questions), "compress")
-    peer = Peer(setup.model, setup.threads, setup.n_ctx, setup.tmp / "compress-peer.log")
-    answers: dict[str, list[tuple[Question, Timing, bool]]] = {side: [] for side in SIDES}
+    sides = (*setup.peers, *MODES)
+    progress = Progress(len(sides) * len(questions), "compress")
+    answers: dict[str, list[tuple[Question, Timing, bool]]] = {side: [] for side in sides}
     try:
-        with both(setup, "compress", 1, peer, workers_threads=str(setup.threads)) as (reame, _):
-            ours, theirs = reame.client(timeout=900), peer.client()
+        with contextlib.ExitStack() as stack:
+            reame = start_server(setup.tmp / "compress", 1, **setup.overrides(workers_threads=str(setup.threads)))
+            stack.callback(reame.stop)
+            ours = reame.client(timeout=900)
+            clients = {peer: stack.enter_context(peers.serving(setup, peer, "compress")) for peer in setup.peers}
             for index, name in enumerate(docs):
                 mine = [q for q in questions if q.doc == name]
-                shift = index % len(SIDES)
-                for side in SIDES[shift:] + SIDES[:shift]:
-                    client = theirs if side == "peer" else ours
-                    extra: dict[str, Any] = {} if side == "peer" else {"extra_body": {"reame": {"compress": side}}}
+                shift = index % len(sides)
+                for side in sides[shift:] + sides[:shift]:
+                    client = clients.get(side, ours)
+                    extra: dict[str, Any] = {} if side in clients else {"extra_body": {"reame": {"compress": side}}}
                     for i, question in enumerate(mine):
                         messages = chat(docs[name], f"{question.question}\n{INSTRUCTION}")
                         answers[side].append((question, ask(client, messages, MAX_TOKENS, **extra), i == 0))
@@ -67,7 +72,7 @@ def report(setup: Setup, docs: dict[str, str], questions: list[Question],
            answers: dict[str, list[tuple[Question, Timing, bool]]]) -> Section:
     rows: list[list[Any]] = []
     summary: dict[str, tuple[int, float, float]] = {}
-    for side in SIDES:
+    for side in answers:
         got = answers[side]
         grades = [grade(q, t.text) for q, t, _ in got]
         ok = grades.count("OK")
@@ -77,7 +82,7 @@ def report(setup: Setup, docs: dict[str, str], questions: list[Question],
         warm = median([t.ttft_s for _, t, first in got if not first])
         summary[side] = (ok, cold, sum(prompt) / len(prompt) if prompt else float("nan"))
         mean_prompt = round(summary[side][2]) if prompt else None
-        name = "peer (reads it as it is)" if side == "peer" else f"reame {side}"
+        name = f"{side} (reads it as it is)" if side in setup.peers else f"reame {side}"
         rows.append([name, f"{ok}/{len(got)}", grades.count("MISS"), grades.count("HALLU"),
                      f"{crit.count('OK')}/{len(crit)}", mean_prompt, cold, warm])
     header = ["server, mode", "OK", "MISS", "HALLU", "critical OK", "prompt tokens (mean)", "TTFT cold s",
@@ -89,18 +94,21 @@ def report(setup: Setup, docs: dict[str, str], questions: list[Question],
             f"(goal >= 50 %: {'met' if reduction >= 0.5 else 'NOT met'})",
             f"facts retains {sizes[2][1]} critical facts and {sizes[2][2]} of all (goal: all)",
             f"accuracy facts {facts[0]}/{len(questions)} against off {off[0]}/{len(questions)} "
-            f"(goal: not lower: {'met' if facts[0] >= off[0] else 'NOT met'}); the peer {summary['peer'][0]}",
-            f"cold TTFT facts/off {ratio(facts[1], off[1]):.3f}; "
-            f"reame off/peer {ratio(off[1], summary['peer'][1]):.3f}"]
+            f"(goal: not lower: {'met' if facts[0] >= off[0] else 'NOT met'})"
+            + "".join(f"; {peer} {summary[peer][0]}" for peer in setup.peers),
+            f"cold TTFT facts/off {ratio(facts[1], off[1]):.3f}"
+            + "".join(f"; reame off/{peer} {ratio(off[1], summary[peer][1]):.3f}" for peer in setup.peers),
+            *peers.missing_lines(setup)]
 
     def draw(axes: Any) -> None:
-        bars(axes, [f"reame {m}" if m != "peer" else "peer" for m in SIDES],
-             {"TTFT cold (s)": [summary[s][1] for s in SIDES]}, "seconds")
+        bars(axes, [side if side in setup.peers else f"reame {side}" for side in answers],
+             {"TTFT cold (s)": [summary[side][1] for side in answers]}, "seconds")
         axes.set_title("Cold time to first token per compression mode")
 
     plots = [name for name in [plot(setup.out, "compress_ttft.png", draw)] if name]
     runs = (f"{len(docs)} document(s), {len(questions)} question(s) per side, {MAX_TOKENS} tokens, greedy; "
-            "reame 1 worker; peer `--cache true`")
+            "reame 1 worker")
     size_table = table(["mode", "critical facts retained", "all facts retained", "document tokens", "reduction"],
                        sizes)
-    return Section("Prompt compression", goal, how(setup, runs), [table(header, rows), size_table], plots)
+    extra = "; ".join(peers.describe(peer, setup.threads) for peer in setup.peers)
+    return Section("Prompt compression", goal, how(setup, runs, extra), [table(header, rows), size_table], plots)

@@ -16,12 +16,13 @@ Goals (issue #27): turns 2-6 each read at most what the turn adds plus 64 tokens
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from reame.benchmarks.common import Peer, Progress, Setup, Timing, ask, how, nonce
+from reame.benchmarks.common import Progress, Setup, Timing, ask, how, nonce
 from reame.benchmarks.exam import INSTRUCTION, Question, grade, load_exam
-from reame.benchmarks.llama_server import flags, running
+from reame.benchmarks.peers import PEERS, describe, missing_lines, serving
 from reame.benchmarks.report import Section, median, plot, ratio, table
 from reame.benchmarks.server import start_server
 
@@ -43,10 +44,9 @@ def run(setup: Setup) -> Section:
     document = nonce() + (docs[name][:QUICK_CHARS] if setup.quick else docs[name])
     sides: dict[str, Callable[[Progress], list[Timing]]] = {
         "reame (default: auto, one worker a thread)": lambda progress: on_reame(setup, document, asked, progress),
-        "llama-cpp-python": lambda progress: on_peer(setup, document, asked, progress),
     }
-    if setup.llama_server is not None:
-        sides["llama-server"] = lambda progress: on_llama_server(setup, document, asked, progress)
+    for peer in setup.peers:
+        sides[peer] = functools.partial(on_peer, setup, peer, document, asked)
     progress = Progress(len(sides) * len(asked), "conversation")
     try:
         timings = {side: go(progress) for side, go in sides.items()}
@@ -80,23 +80,9 @@ def on_reame(setup: Setup, document: str, asked: list[Question], progress: Progr
         server.stop()
 
 
-def on_peer(setup: Setup, document: str, asked: list[Question], progress: Progress) -> list[Timing]:
-    peer = Peer(setup.model, setup.threads, max(setup.n_ctx, PEER_N_CTX), setup.tmp / "conversation-peer.log")
-    peer.launch()
-    try:
-        peer.wait()
-        client = peer.client()
-        ask(client, WARM_UP, 1)
-        return converse(client, document, asked, progress, "llama-cpp-python")
-    finally:
-        peer.stop()
-
-
-def on_llama_server(setup: Setup, document: str, asked: list[Question], progress: Progress) -> list[Timing]:
-    assert setup.llama_server is not None
-    with running(setup.llama_server, setup.model, setup.threads, max(setup.n_ctx, PEER_N_CTX),
-                 setup.tmp / "conversation-llama-server.log") as client:
-        return converse(client, document, asked, progress, "llama-server")
+def on_peer(setup: Setup, peer: str, document: str, asked: list[Question], progress: Progress) -> list[Timing]:
+    with serving(setup, peer, "conversation", n_ctx=max(setup.n_ctx, PEER_N_CTX)) as client:
+        return converse(client, document, asked, progress, peer)
 
 
 def turn_sizes(setup: Setup, asked: list[Question], timings: list[Timing]) -> list[int]:
@@ -142,12 +128,11 @@ def report(setup: Setup, name: str, asked: list[Question], timings: dict[str, li
                 f"{sum(within)} of {len(within)} (goal: all: {'met' if all(within) else 'NOT met'})")
     goal.append(f"reame: median TTFT of turns 2-{len(asked)} {share:.3f} of turn 1's (goal <= {TTFT_GOAL}: "
                 f"{'met' if share <= TTFT_GOAL else 'NOT met'})")
-    for peer in ("llama-server", "llama-cpp-python"):
+    for peer in PEERS:
         if peer in later:
             goal.append(f"reame's later median TTFT {ratio(later[ours], later[peer]):.3f} of {peer}'s; turn 1 "
                         f"{ratio(timings[ours][0].ttft_s, timings[peer][0].ttft_s):.3f}")
-    if "llama-server" not in later:
-        goal.append("llama-server not found (build it with `make peer`, or pass --llama-server): no ratio to it")
+    goal += missing_lines(setup)
     header = ["side", "turn 1 TTFT s", "turn 1 prompt tokens", "turns 2+ median TTFT s", "of turn 1",
               "turns 2+ read within added + 64", "correct"]
     per_turn = [[side, *[f"{t.ttft_s:.2f} s, read {'?' if read(t) is None else read(t)}"
@@ -172,6 +157,6 @@ def report(setup: Setup, name: str, asked: list[Question], timings: dict[str, li
     runs = (f"document {name} (exam) as the system message, {len(asked)} turns of its exam questions, each reply "
             f"appended, back to back, {MAX_TOKENS} tokens, greedy, streamed; each side on its own server, one "
             f"after the other; reame {setup.threads} worker(s) x 1 thread, `auto`")
-    extra = f"llama-server {flags(setup.threads)}" if "llama-server" in later else ""
+    extra = "; ".join(describe(peer, setup.threads) for peer in setup.peers)
     tables = [table(header, rows), table(["side", *[f"turn {i}" for i in range(1, len(asked) + 1)]], per_turn)]
     return Section("A conversation about a document", goal, how(setup, runs, extra), tables, plots, notes=notes)

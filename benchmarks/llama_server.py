@@ -52,13 +52,14 @@ class LlamaServer:
     n_ctx: int
     log: Path
     slots: int = 1  # -np: with several, -c is the whole context, shared out among the slots
+    extra: tuple[str, ...] = ()  # more flags (benchmarks.peers: its prompt-lookup decoding)
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         context = (self.n_ctx or 4096) * self.slots
         args = [str(self.binary), "-m", str(self.model), "-c", str(context), *flags(self.threads, self.slots).split(),
-                "--host", "127.0.0.1", "--port", str(self.port)]
+                *self.extra, "--host", "127.0.0.1", "--port", str(self.port)]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.proc = spawn(args, dict(os.environ), self.log)
         if wait_openai(self.proc, self.base_url, START_TIMEOUT_S):
@@ -80,9 +81,10 @@ class LlamaServer:
 
 
 @contextmanager
-def running(binary: Path, model: Path, threads: int, n_ctx: int, log: Path) -> Iterator[openai.OpenAI]:
-    """Start llama-server (one slot), yield a client once a first request has loaded what requests share; stop it."""
-    server = LlamaServer(binary, model, threads, n_ctx, log)
+def running(binary: Path, model: Path, threads: int, n_ctx: int, log: Path, slots: int = 1,
+            extra: tuple[str, ...] = ()) -> Iterator[openai.OpenAI]:
+    """Start llama-server, yield a client once a first request has loaded what requests share; stop it."""
+    server = LlamaServer(binary, model, threads, n_ctx, log, slots=slots, extra=extra)
     server.start()
     try:
         with server.client() as client:

@@ -12,16 +12,18 @@ against llama-server the same ratios are reported.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 import time
 from typing import Any
 
 import openai
 
-from reame.benchmarks.common import Peer, Progress, Setup, Timing, ask, both, chat, how
-from reame.benchmarks.llama_server import LlamaServer, flags
+from reame.benchmarks.common import Progress, Setup, Timing, ask, chat, how
+from reame.benchmarks.peers import LLAMA_SERVER, describe, missing_lines, serving
 from reame.benchmarks.qa import QUESTIONS, documents
 from reame.benchmarks.report import Section, median, percentile, plot, ratio, table
+from reame.benchmarks.server import start_server
 
 CLIENTS = 8
 MAX_TOKENS = 16
@@ -49,20 +51,19 @@ def load_run(client: openai.OpenAI, docs: list[str], per_doc: int, progress: Pro
 def run(setup: Setup) -> Section:
     count, per_doc, rounds = (2, 1, 1) if setup.quick else (4, 3, 2)
     workers = setup.threads
-    sides = ["reame", "peer", *(["llama-server"] if setup.llama_server is not None else [])]
+    sides = ["reame", *setup.peers]
     progress = Progress(len(sides) * rounds * count * per_doc, "load")
-    peer = Peer(setup.model, workers, setup.n_ctx, setup.tmp / "load-peer.log")
     walls = dict.fromkeys(sides, 0.0)
     timings: dict[str, list[Timing]] = {side: [] for side in sides}
-    llama: LlamaServer | None = None
     try:
-        with both(setup, "load", workers, peer, workers_threads="1") as (reame, _):
-            clients = {"reame": reame.client(timeout=900), "peer": peer.client()}
-            if setup.llama_server is not None:
-                llama = LlamaServer(setup.llama_server, setup.model, workers, setup.n_ctx,
-                                    setup.tmp / "load-llama-server.log", slots=CLIENTS)
-                llama.start()
-                clients["llama-server"] = llama.client()
+        with contextlib.ExitStack() as stack:
+            reame = start_server(setup.tmp / "load", workers, **setup.overrides(workers_threads="1"))
+            stack.callback(reame.stop)
+            clients = {"reame": reame.client(timeout=900)}
+            for peer in setup.peers:
+                # llama-server: one slot per client, its continuous batching; llama-cpp-python: one request at a time.
+                clients[peer] = stack.enter_context(
+                    serving(setup, peer, "load", threads=workers, slots=CLIENTS if peer == LLAMA_SERVER else 1))
             for r in range(rounds):
                 for side in sides[r % len(sides):] + sides[:r % len(sides)]:
                     wall, got = load_run(clients[side], documents(setup, count, QUICK_CHARS), per_doc, progress, side)
@@ -70,8 +71,6 @@ def run(setup: Setup) -> Section:
                     timings[side] += got
     finally:
         progress.close()
-        if llama is not None:
-            llama.stop()
     rows: list[list[Any]] = []
     figures: dict[str, tuple[float, float]] = {}
     fulls: dict[str, int | None] = {}
@@ -86,25 +85,19 @@ def run(setup: Setup) -> Section:
         rows.append([side, len(got), rate, median(totals), percentile(totals, 0.95),
                      median([t.ttft_s for t in got]), fulls[side]])
     header = ["server", "requests", "req/s", "p50 latency s", "p95 latency s", "p50 TTFT s", "full prefills"]
-    speed = ratio(figures["reame"][0], figures["peer"][0])
-    p95 = ratio(figures["reame"][1], figures["peer"][1])
-    goal = [f"reame/peer throughput {speed:.2f}x (goal >= 3: {'met' if speed >= 3 else 'NOT met'})",
-            f"reame's p95 latency is {p95:.2f} of the peer's (goal <= 0.33: {'met' if p95 <= 0.33 else 'NOT met'})",
-            f"reame read a document in full {fulls['reame']} times for {count * rounds} documents "
-            f"(goal: once each: {'met' if fulls['reame'] == count * rounds else 'NOT met'})"]
-    if "llama-server" in figures:
-        theirs = figures["llama-server"]
-        goal.append(f"against llama-server ({CLIENTS} slots): throughput {ratio(figures['reame'][0], theirs[0]):.2f}x, "
-                    f"p95 latency {ratio(figures['reame'][1], theirs[1]):.2f} of its")
-    else:
-        goal.append("llama-server not found (build it with `make peer`, or pass --llama-server): no ratio to it")
+    described = {peer: describe(peer, workers, slots=CLIENTS if peer == LLAMA_SERVER else 1) for peer in setup.peers}
+    goal = []
+    for peer in setup.peers:
+        speed, p95 = ratio(figures["reame"][0], figures[peer][0]), ratio(figures["reame"][1], figures[peer][1])
+        goal.append(f"reame/{peer} throughput {speed:.2f}x (goal >= 3: {'met' if speed >= 3 else 'NOT met'}), "
+                    f"p95 latency {p95:.2f} of its (goal <= 0.33: {'met' if p95 <= 0.33 else 'NOT met'})")
+    goal.append(f"reame read a document in full {fulls['reame']} times for {count * rounds} documents "
+                f"(goal: once each: {'met' if fulls['reame'] == count * rounds else 'NOT met'})")
+    goal += missing_lines(setup)
 
     def draw(axes: Any) -> None:
-        names = {"reame": f"reame ({workers} workers x 1 thread)",
-                 "peer": f"llama_cpp.server --cache true ({workers} threads)",
-                 "llama-server": f"llama-server {flags(workers, CLIENTS)}"}
         for side in sides:
-            name = names[side]
+            name = f"reame ({workers} workers x 1 thread)" if side == "reame" else described[side]
             totals = sorted(t.total_s for t in timings[side])
             shares = [(i + 1) / len(totals) for i in range(len(totals))]
             axes.step([0.0, *totals], [0.0, *shares], where="post", label=name)
@@ -114,7 +107,6 @@ def run(setup: Setup) -> Section:
 
     plots = [name for name in [plot(setup.out, "load_latency_cdf.png", draw)] if name]
     runs = (f"{CLIENTS} clients, {count} documents x {per_doc} questions per round, {rounds} round(s) on fresh "
-            f"documents alternating the servers, {MAX_TOKENS} tokens each; reame {workers} workers x 1 thread, "
-            f"peer 1 process x {workers} threads with `--cache true`")
-    extra = f"llama-server {flags(workers, CLIENTS)}" if "llama-server" in figures else ""
-    return Section("Concurrent load", goal, how(setup, runs, extra), [table(header, rows)], plots)
+            f"documents alternating the servers, {MAX_TOKENS} tokens each; reame {workers} workers x 1 thread")
+    return Section("Concurrent load", goal, how(setup, runs, "; ".join(described.values())), [table(header, rows)],
+                   plots)

@@ -4,16 +4,20 @@ Each document (about 2,000 tokens; a few hundred with --quick) is asked its firs
 (cold), a second at once (back to back), then the rest interleaved between the
 documents; then both servers are restarted and each document is asked once more.
 Every question goes to reame (one worker of --threads threads, a fresh store) and to
-the peer (`python -m llama_cpp.server --cache true`, same threads), alternating which
-goes first. Goal: warm and after-restart TTFT at most 5 % of cold.
+each peer (benchmarks.peers: llama-server with its RAM prompt cache, llama_cpp.server
+`--cache true`; same threads), rotating which goes first. Goal: warm and after-restart
+TTFT at most 5 % of cold.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
-from reame.benchmarks.common import Peer, Progress, Setup, Timing, ask, both, chat, how, nonce
+from reame.benchmarks import peers
+from reame.benchmarks.common import Progress, Setup, Timing, ask, chat, how, nonce
 from reame.benchmarks.report import Section, median, plot, ratio, table
+from reame.benchmarks.server import start_server
 
 QUESTIONS = (
     "What is the price of the cheapest option?",
@@ -56,63 +60,78 @@ def run(setup: Setup) -> Section:
     questions = 2 if setup.quick else 5
     steps = plan(len(docs), questions)
     after = [(d, questions, "after restart") for d in range(len(docs))]
-    progress = Progress(2 * (len(steps) + len(after)), "qa")
-    peer = Peer(setup.model, setup.threads, setup.n_ctx, setup.tmp / "qa-peer.log")
-    ours: list[Timing] = []
-    theirs: list[Timing] = []
+    sides = ["reame", *setup.peers]
+    progress = Progress(len(sides) * (len(steps) + len(after)), "qa")
+    timings: dict[str, list[Timing]] = {side: [] for side in sides}
     labels: list[str] = []
     try:
         for phase in (steps, after):
-            with both(setup, "qa", 1, peer, workers_threads=str(setup.threads)) as (reame, _):
-                clients = {"reame": reame.client(timeout=900), "peer": peer.client()}
+            with contextlib.ExitStack() as stack:
+                reame = start_server(setup.tmp / "qa", 1, **setup.overrides(workers_threads=str(setup.threads)))
+                stack.callback(reame.stop)
+                clients = {"reame": reame.client(timeout=900)}
+                for peer in setup.peers:
+                    clients[peer] = stack.enter_context(peers.serving(setup, peer, "qa"))
                 for d, q, label in phase:
                     messages = chat(docs[d], QUESTIONS[q % len(QUESTIONS)])
-                    pair: dict[str, Timing] = {}
-                    sides = ["reame", "peer"] if len(labels) % 2 == 0 else ["peer", "reame"]
-                    for side in sides:
-                        pair[side] = ask(clients[side], messages, MAX_TOKENS)
+                    shift = len(labels) % len(sides)
+                    for side in sides[shift:] + sides[:shift]:
+                        timings[side].append(ask(clients[side], messages, MAX_TOKENS))
                         progress.step(f"{side} {label}")
-                    ours.append(pair["reame"])
-                    theirs.append(pair["peer"])
                     labels.append(f"doc {d + 1} q{q + 1} {label}")
     finally:
         progress.close()
-    return report(setup, labels, ours, theirs, len(docs))
+    return report(setup, labels, timings, len(docs))
 
 
-def report(setup: Setup, labels: list[str], ours: list[Timing], theirs: list[Timing], docs: int) -> Section:
-    cold_ours = {label.split(" q")[0]: t.ttft_s for label, t in zip(labels, ours, strict=True) if "cold" in label}
-    cold_theirs = {label.split(" q")[0]: t.ttft_s for label, t in zip(labels, theirs, strict=True) if "cold" in label}
+def report(setup: Setup, labels: list[str], timings: dict[str, list[Timing]], docs: int) -> Section:
+    def doc(label: str) -> str:
+        return label.split(" q")[0]
+
+    def kind(label: str) -> str:
+        return label.split(" ", 3)[-1]
+
+    cold = {side: {doc(label): t.ttft_s for label, t in zip(labels, ts, strict=True) if kind(label) == "cold"}
+            for side, ts in timings.items()}
+    share: dict[str, dict[str, list[float]]] = {side: {} for side in timings}
     rows = []
-    share: dict[str, dict[str, list[float]]] = {"reame": {}, "peer": {}}
-    for label, a, b in zip(labels, ours, theirs, strict=True):
-        doc = label.split(" q")[0]
-        kind = label.split(" ", 3)[-1]
-        of_a, of_b = ratio(a.ttft_s, cold_ours[doc]), ratio(b.ttft_s, cold_theirs[doc])
-        if kind != "cold":
-            share["reame"].setdefault(kind, []).append(of_a)
-            share["peer"].setdefault(kind, []).append(of_b)
-        rows.append([label, a.prompt_tokens, a.ttft_s, of_a, a.total_s, a.cached_tokens, b.ttft_s, of_b, b.total_s])
-    header = ["request", "reame prompt tokens", "reame TTFT s", "of cold", "reame total s", "reame cached tokens",
-              "peer TTFT s", "of cold", "peer total s"]
+    for i, label in enumerate(labels):
+        ours = timings["reame"][i]
+        row: list[Any] = [label, ours.prompt_tokens, ours.ttft_s, ratio(ours.ttft_s, cold["reame"][doc(label)]),
+                          ours.total_s, ours.cached_tokens]
+        for side, ts in timings.items():
+            of_cold = ratio(ts[i].ttft_s, cold[side][doc(label)])
+            if kind(label) != "cold":
+                share[side].setdefault(kind(label), []).append(of_cold)
+            if side != "reame":
+                row += [ts[i].ttft_s, of_cold]
+        rows.append(row)
+    others = [side for side in timings if side != "reame"]
+    header = ["request", "reame prompt tokens", "reame TTFT s", "of cold", "reame total s", "reame cached tokens"]
+    for side in others:
+        header += [f"{side} TTFT s", "of cold"]
     goal = []
-    for kind in ("back to back", "interleaved", "after restart"):
-        if kind in share["reame"]:
-            mine, peers = median(share["reame"][kind]), median(share["peer"][kind])
-            goal.append(f"{kind}: TTFT {mine:.3f} of cold for reame, {peers:.3f} for the peer "
+    for name in ("back to back", "interleaved", "after restart"):
+        if name in share["reame"]:
+            mine = median(share["reame"][name])
+            theirs = "".join(f", {median(share[side][name]):.3f} for {side}" for side in others)
+            goal.append(f"{name}: TTFT {mine:.3f} of cold for reame{theirs} "
                         f"(goal for reame <= 0.05: {'met' if mine <= 0.05 else 'NOT met'})")
-    restart = [(a.ttft_s, b.ttft_s) for label, a, b in zip(labels, ours, theirs, strict=True) if "restart" in label]
-    after = ratio(median([r[0] for r in restart]), median([r[1] for r in restart]))
-    goal.append(f"after restart, reame's TTFT is {after:.3f} of the peer's")
-    warm = [i for i, label in enumerate(labels) if "cold" not in label and "restart" not in label]
+    restarted = [i for i, label in enumerate(labels) if kind(label) == "after restart"]
+    for side in others:
+        after = ratio(median([timings["reame"][i].ttft_s for i in restarted]),
+                      median([timings[side][i].ttft_s for i in restarted]))
+        goal.append(f"after restart, reame's TTFT is {after:.3f} of {side}'s")
+    warm = [i for i, label in enumerate(labels) if kind(label) not in ("cold", "after restart")]
     if warm:
-        goal.append(f"warm total per request: reame {median([ours[i].total_s for i in warm]):.3f} s, "
-                    f"peer {median([theirs[i].total_s for i in warm]):.3f} s")
+        goal.append("warm total per request: " + ", ".join(
+            f"{side} {median([ts[i].total_s for i in warm]):.3f} s" for side, ts in timings.items()))
+    goal += peers.missing_lines(setup)
 
     def draw(axes: Any) -> None:
         xs = list(range(1, len(labels) + 1))
-        axes.plot(xs, [t.ttft_s for t in ours], "o-", label="reame")
-        axes.plot(xs, [t.ttft_s for t in theirs], "s-", label="llama_cpp.server --cache true")
+        for side, ts in timings.items():
+            axes.plot(xs, [t.ttft_s for t in ts], "o-", label=side)
         axes.set_yscale("log")
         axes.set_xticks(xs, labels, rotation=30, ha="right", fontsize=7)
         axes.set_ylabel("time to first token (s, log)")
@@ -120,6 +139,6 @@ def report(setup: Setup, labels: list[str], ours: list[Timing], theirs: list[Tim
 
     plots = [name for name in [plot(setup.out, "qa_ttft.png", draw)] if name]
     runs = (f"{docs} document(s), {len(labels)} requests per server, {MAX_TOKENS} tokens each, streamed with the "
-            "openai client, alternating the servers; reame 1 worker, fresh store; peer `--cache true`")
-    return Section("Repeated-document QA", goal, how(setup, runs), [table(header, rows)], plots)
-
+            "openai client, rotating which server goes first; reame 1 worker, fresh store")
+    extra = "; ".join(peers.describe(side, setup.threads) for side in others)
+    return Section("Repeated-document QA", goal, how(setup, runs, extra), [table(header, rows)], plots)

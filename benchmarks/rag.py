@@ -18,7 +18,8 @@ from typing import Any
 
 from reame.benchmarks.common import Progress, Setup, Timing, ask, how
 from reame.benchmarks.exam import INSTRUCTION, grade, load_exam
-from reame.benchmarks.llama_server import flags, running
+from reame.benchmarks.llama_server import flags
+from reame.benchmarks.peers import LLAMA_SERVER, missing_lines, serving
 from reame.benchmarks.report import Section, median, plot, ratio, table
 from reame.benchmarks.server import Server, start_server
 
@@ -49,7 +50,7 @@ def run(setup: Setup) -> Section:
         "reame chunks, documents as parts": lambda progress: on_reame(setup, "parts", in_parts, progress, chunks=True),
         "reame prefix": lambda progress: on_reame(setup, "prefix", requests, progress, chunks=False),
     }
-    if setup.llama_server is not None:
+    if LLAMA_SERVER in setup.peers:
         sides["llama-server"] = lambda progress: on_llama_server(setup, requests, progress)
     progress = Progress(len(sides) * len(requests), "rag")
     try:
@@ -116,11 +117,9 @@ def wait_stored(cache: Path, count: int) -> None:
 
 
 def on_llama_server(setup: Setup, requests: list[list[dict[str, Any]]], progress: Progress) -> list[Timing]:
-    assert setup.llama_server is not None
     # Its prompts are the documents as sent (reame's are after lossless compression): more room.
     timings = []
-    with running(setup.llama_server, setup.model, setup.threads, max(setup.n_ctx, PEER_N_CTX),
-                 setup.tmp / "rag-llama-server.log") as client:
+    with serving(setup, LLAMA_SERVER, "rag", n_ctx=max(setup.n_ctx, PEER_N_CTX)) as client:
         for request in requests:
             timings.append(ask(client, request, MAX_TOKENS))
             progress.step("llama-server")
@@ -156,8 +155,7 @@ def report(
             share = ratio(later_ttft[side], peer)
             goal.append(f"{side}: later median TTFT {share:.3f} of llama-server's (goal <= 0.25: "
                         f"{'met' if share <= 0.25 else 'NOT met'})")
-    else:
-        goal.append("llama-server not found (build it with `make peer`, or pass --llama-server): no ratio to it")
+    goal += missing_lines(setup, (LLAMA_SERVER,))
     goal.append(f"reame chunks against reame prefix reuse: later median TTFT "
                 f"{ratio(later_ttft['reame chunks'], later_ttft['reame prefix']):.3f}")
 

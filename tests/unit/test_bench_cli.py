@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +39,51 @@ def test_help_lists_the_deep_scenarios() -> None:
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     assert "answers:" in parser.format_help()
+
+
+def test_peers_default_to_every_one_found() -> None:
+    from reame.benchmarks import peers
+
+    binary = Path("/opt/llama-server")
+    assert peers.choose(None, binary, True) == (peers.LLAMA_SERVER, peers.LLAMA_CPP_PYTHON)
+    assert peers.choose(None, None, True) == (peers.LLAMA_CPP_PYTHON,)
+    assert peers.choose(None, None, False) == ()
+    assert peers.choose("llama-server", binary, False) == (peers.LLAMA_SERVER,)
+    assert peers.choose("both", binary, True) == peers.PEERS
+
+
+def test_a_peer_named_and_missing_is_an_error_saying_how_to_get_it() -> None:
+    from reame.benchmarks import peers
+
+    with pytest.raises(peers.PeerError, match="make peer"):
+        peers.choose("llama-server", None, True)
+    with pytest.raises(peers.PeerError, match=r"make peer.*reame\[bench\]"):
+        peers.choose("both", None, False)
+    with pytest.raises(peers.PeerError, match="no peer 'ollama'; choose from both, llama-server, llama-cpp-python"):
+        peers.choose("ollama", None, True)
+
+
+def test_cli_refuses_a_missing_peer_before_loading_a_model(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("REAME_BENCH_LLAMA_SERVER", raising=False)
+    monkeypatch.setattr("reame.benchmarks.llama_server.BUILT", tmp_path / "none")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert cli.run(parser.parse_args(["qa", "--peer", "llama-server", "--model", str(tmp_path / "m.gguf")])) == 2
+    assert "llama-server not found: build it with `make peer`" in capsys.readouterr().err
+
+
+def test_the_report_says_which_peer_did_not_run(tmp_path: Path) -> None:
+    from reame.benchmarks import peers
+    from reame.benchmarks.common import Setup
+
+    setup = Setup(Path("m.gguf"), None, Path("exam"), tmp_path, 1, False, 4096, tmp_path,
+                  llama_server=None, peers=(peers.LLAMA_CPP_PYTHON,))
+    (line,) = peers.missing_lines(setup)
+    assert line.startswith("llama-server not found") and "no ratio to it" in line
+    chosen = Setup(Path("m.gguf"), None, Path("exam"), tmp_path, 1, False, 4096, tmp_path,
+                   llama_server=Path("/opt/llama-server"), peers=(peers.LLAMA_CPP_PYTHON,))
+    assert peers.missing_lines(chosen, (peers.LLAMA_SERVER,)) == [
+        "llama-server not run (--peer llama-cpp-python): no ratio to it"]
