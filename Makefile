@@ -25,6 +25,9 @@ install-test: $(BIN)/python
 	@# tests/unit/test_deploy_units.py runs systemd-analyze verify (Debian's systemd; as root with apt-get).
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		command -v systemd-analyze >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y systemd); fi
+	@# tests/integration/test_shared_tier.py starts its own Debian redis-server (the shared cache tier; as root with apt-get).
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		command -v redis-server >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server); fi
 
 serve: install
 	$(BIN)/reame serve $(if $(CONFIG),--config $(CONFIG))

@@ -133,6 +133,8 @@ def render(outcome: Outcome, command: p.CacheCommand, config: Config) -> str:
         f"answers: {r.answer_entries} ({r.answer_bytes / MB:.1f} MB), hits: {r.answer_hits}, "
         f"misses: {r.answer_misses}",
     ]
+    if r.shared is not None:
+        lines.append(shared_line(r.shared))
     if command is p.CacheCommand.VERIFY:
         if r.removed:
             lines.append(f"verify: deleted {_entries(len(r.removed))} that failed the check:")
@@ -142,6 +144,15 @@ def render(outcome: Outcome, command: p.CacheCommand, config: Config) -> str:
     elif command is p.CacheCommand.PURGE:
         lines.append(f"purge: removed {_entries(len(r.removed))}")
     return "\n".join(lines) + "\n"
+
+
+def shared_line(s: p.SharedTierReport) -> str:
+    """Return the shared tier's counters as one line (`reame cache stats`, `reame status`)."""
+    return (
+        f"shared tier: {'up' if s.up else 'DOWN'}, hits: {s.hits}, misses: {s.misses}, "
+        f"fetched: {s.bytes_fetched / MB:.1f} MB in {s.fetch_seconds:.2f} s, pushes: {s.pushes} "
+        f"({s.bytes_pushed / MB:.1f} MB, {s.push_drops} dropped), errors: {s.errors}, corrupt: {s.corrupt}"
+    )
 
 
 def run(config: Config, command: p.CacheCommand, *, json_output: bool, timeout: float | None,

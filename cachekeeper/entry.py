@@ -65,6 +65,10 @@ class EntryReader:
             os.close(self._fd)
             raise
 
+    def header_bytes(self) -> bytes:
+        """Return the file's fixed and msgpack headers as they are on disk (checked at open)."""
+        return _read_exact(self._fd, self._offset, 0, "header")
+
     def chunks(self, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
         """Yield the compressed payload; raise CorruptEntry before the last chunk if it is damaged."""
         total, crc, done = self.header.payload_len, 0, 0
@@ -86,6 +90,25 @@ class EntryReader:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def split_entry(data: Buffer) -> tuple[EntryHeader, memoryview]:
+    """Return the checked header of a whole entry held in memory and its payload (checked when written).
+
+    The same checks as reading a file: the shared tier (cachekeeper.tier) hands entries
+    over as their files' bytes, and an EntryWriter then checks the payload's checksum.
+    """
+    view = memoryview(data).cast("B")
+    if len(view) < FIXED_HEADER_BYTES:
+        raise CorruptEntry(f"truncated fixed header: {len(view)} of {FIXED_HEADER_BYTES} bytes")
+    header_len, _crc = parse_fixed_header(bytes(view[:FIXED_HEADER_BYTES]))
+    offset = FIXED_HEADER_BYTES + header_len
+    if len(view) < offset:
+        raise CorruptEntry(f"truncated header: {len(view) - FIXED_HEADER_BYTES} of {header_len} bytes")
+    header = decode_header(bytes(view[:offset]))
+    if len(view) != offset + header.payload_len:
+        raise CorruptEntry(f"entry is {len(view)} bytes, its header says {offset + header.payload_len}")
+    return header, view[offset:]
 
 
 def read_header(path: Path) -> EntryHeader:

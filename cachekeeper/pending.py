@@ -12,7 +12,7 @@ answers it from the store as it is at that moment: a hit on the new entry, or
 whatever was there before.
 
 No sockets and no clock here: the loop passes ``now`` and sends what these methods
-return.
+return. :func:`check_lookup` vets a lookup before anything here sees it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from reame.shared.prefix import HASH_BYTES
 from reame.shared.protocol import CacheLookup
 
 # A worker asks for half its cache.timeout (1 s by default); a longer wish is a
@@ -29,6 +30,9 @@ MAX_WAIT_S: Final = 10.0
 # At most one parked lookup per worker socket (a new lookup replaces the last), so
 # this only bounds what clients that are not workers can make the keeper hold.
 MAX_PARKED: Final = 256
+
+# A lookup for a 64k-token prompt at one token per block; beyond that it is garbage.
+MAX_LOOKUP_BLOCKS: Final = 1 << 16
 
 PutId = tuple[bytes, str]  # (worker identity, put request id), as in cachekeeper.puts
 
@@ -150,3 +154,19 @@ class Pending:
         for parked in released:
             del self._parked[parked.identity]
         return released
+
+
+def check_lookup(lookup: CacheLookup) -> bytes | str:
+    """Return the lookup's fingerprint as bytes, or what is wrong with it."""
+    try:
+        fingerprint = bytes.fromhex(lookup.fingerprint)
+    except ValueError:
+        return f"fingerprint {lookup.fingerprint[:40]!r} is not hex"
+    if not fingerprint:
+        return "empty fingerprint"
+    if len(lookup.blocks) > MAX_LOOKUP_BLOCKS:
+        return f"{len(lookup.blocks)} blocks (at most {MAX_LOOKUP_BLOCKS})"
+    bad = next((i for i, block in enumerate(lookup.blocks) if len(block) != HASH_BYTES), None)
+    if bad is not None:
+        return f"block {bad} is {len(lookup.blocks[bad])} bytes, not {HASH_BYTES}"
+    return fingerprint

@@ -8,7 +8,8 @@ are collected by :class:`cachekeeper.puts.PartialPuts` and compressed and
 written by :class:`cachekeeper.writer.Writer` on its own thread. A lookup that a
 put under way would answer better than the store waits for it
 (:class:`cachekeeper.pending.Pending`), so a document is not read twice because
-its state was still on its way to the disk.
+its state was still on its way to the disk; with a shared tier (cachekeeper.tier),
+a lookup waits the same way for a fetch from it, on the tier's thread.
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ import zmq
 
 from reame.cachekeeper import writer as w
 from reame.cachekeeper.answers import AnswerStore, answer
-from reame.cachekeeper.pending import Parked, Pending, PutId
+from reame.cachekeeper.pending import Parked, Pending, PutId, check_lookup
 from reame.cachekeeper.puts import Accepted, Failed, FinishedPut, PartialPuts, Progress, Reason
 from reame.cachekeeper.store import ReadHandle, Store
+from reame.cachekeeper.tier import SharedTier
 from reame.shared import endpoints
 from reame.shared import protocol as p
 from reame.shared.kv_entry import CorruptEntry
 from reame.shared.lifecycle import StopFlag
-from reame.shared.prefix import HASH_BYTES, block_hashes, is_entry_key
+from reame.shared.prefix import block_hashes, is_entry_key
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +43,6 @@ POLL_MS: Final = 100
 # Messages taken per turn before the next round of chunks goes out: a put's 40
 # chunks come in quickly, and a transfer still moves on every turn.
 BATCH: Final = 64
-# A lookup for a 64k-token prompt at one token per block; beyond that it is garbage.
-MAX_LOOKUP_BLOCKS: Final = 1 << 16
 # How long shutdown waits for the write (or verify step) under way.
 WRITER_GRACE_S: Final = 10.0
 _REASON_CHARS: Final = 200
@@ -69,32 +69,17 @@ class _Transfer:
     started: float = dataclasses.field(default_factory=time.monotonic)
 
 
-def check_lookup(lookup: p.CacheLookup) -> bytes | str:
-    """Return the lookup's fingerprint as bytes, or what is wrong with it."""
-    try:
-        fingerprint = bytes.fromhex(lookup.fingerprint)
-    except ValueError:
-        return f"fingerprint {lookup.fingerprint[:40]!r} is not hex"
-    if not fingerprint:
-        return "empty fingerprint"
-    if len(lookup.blocks) > MAX_LOOKUP_BLOCKS:
-        return f"{len(lookup.blocks)} blocks (at most {MAX_LOOKUP_BLOCKS})"
-    bad = next((i for i, block in enumerate(lookup.blocks) if len(block) != HASH_BYTES), None)
-    if bad is not None:
-        return f"block {bad} is {len(lookup.blocks[bad])} bytes, not {HASH_BYTES}"
-    return fingerprint
-
-
 class Keeper:
     """Own the store, the ROUTER socket and the writer thread; run the loop."""
 
     def __init__(
         self, store: Store, address: str, *, block_tokens: int, level: int,
         keys: endpoints.LinkKeys = endpoints.PLAIN, clock: Callable[[], float] = time.monotonic,
-        answers: AnswerStore | None = None,
+        answers: AnswerStore | None = None, shared: SharedTier | None = None,
     ) -> None:
         self._store = store
         self._answers = answers  # None: cache.answers = false
+        self._shared = shared  # None: cache.shared_url is empty
         self._block_tokens = block_tokens
         self._address = address
         self._guard = endpoints.Guard(keys)  # CURVE when the address is tcp://
@@ -110,6 +95,8 @@ class Keeper:
         self._poller = zmq.Poller()
         self._poller.register(self._router, zmq.POLLIN)
         self._poller.register(self._writer.fd, zmq.POLLIN)
+        if shared is not None:
+            self._poller.register(shared.fd, zmq.POLLIN)
         self._bound = False
 
     def bind(self) -> None:
@@ -120,6 +107,8 @@ class Keeper:
     def run(self, stop: StopFlag) -> None:
         """Serve until ``stop`` is set."""
         self._writer.start()
+        if self._shared is not None:
+            self._shared.start()
         while not stop.is_set:
             self.turn()
 
@@ -130,6 +119,9 @@ class Keeper:
             self.handle_requests()
         if events.get(self._writer.fd):
             self.collect_results()
+        if self._shared is not None and events.get(self._shared.fd):
+            for fetched in self._shared.results():  # answered from the store: the fetched entry, if stored
+                self._put_ended(fetched.put)
         self.stream_chunks()
         self.expire_puts()
         self.expire_lookups()
@@ -201,11 +193,22 @@ class Keeper:
             match = self._store.lookup(fingerprint, lookup.blocks, peek=True)
             return 0 if match is None else match.depth
 
+        if self._shared is not None and self._shared.usable():
+            self._ask_shared(self._shared, fingerprint, lookup.blocks, store_depth())
         if self._pending.park(identity, lookup, fingerprint, store_depth, self._clock()):
             self.counters.lookup_waits += 1
             log.debug("lookup %s from %r waits for a put under way", lookup.request_id, identity)
             return
         self.answer(identity, lookup, fingerprint)
+
+    def _ask_shared(self, shared: SharedTier, fingerprint: bytes, blocks: list[bytes], depth: int) -> None:
+        """Fetch what the shared tier may hold deeper than the store, filed as a put under way."""
+        under_way = self._pending.deepest_put(fingerprint, blocks)
+        if under_way is not None and under_way[1] == len(blocks):
+            return  # a save or a fetch under way covers the whole lookup
+        fetch = shared.fetch(fingerprint, blocks, depth)
+        if fetch is not None:
+            self._pending.add_put(fetch, fingerprint, blocks)
 
     def answer(self, identity: bytes, lookup: p.CacheLookup, fingerprint: bytes) -> None:
         """Answer a checked lookup from the store as it is now."""
@@ -312,6 +315,8 @@ class Keeper:
                 self.counters.bytes_written += result.bytes_written
                 self.counters.save_seconds += result.seconds
                 self._send(result.identity, p.CacheStored(result.request_id, result.stored, result.reason))
+                if self._shared is not None and result.bytes_written:
+                    self._shared.push(result.key)  # committed now, so a lookup elsewhere may find it
                 # Committed (or refused) before these answers: a hit on the new entry if it was stored.
                 self._put_ended((result.identity, result.request_id))
             else:
@@ -341,7 +346,7 @@ class Keeper:
             request_id, stats.entries, stats.bytes, stats.max_bytes, stats.hits, stats.misses, stats.evictions,
             stats.corrupt, self.counters.bytes_read, self.counters.bytes_written, removed,
             self.counters.lookup_waits, self.counters.save_seconds, self.counters.restore_seconds,
-            *self._answer_counts(),
+            *self._answer_counts(), shared=None if self._shared is None else self._shared.report(),
         )
 
     def _answer_counts(self) -> tuple[int, int, int, int]:
@@ -357,6 +362,8 @@ class Keeper:
     def close(self) -> None:
         """Stop the writer, drop unfinished work, close the store and the socket."""
         writer_stopped = self._writer.stop(WRITER_GRACE_S)
+        # The tier's fetch thread may be committing an entry too.
+        writer_stopped = (self._shared is None or self._shared.stop(WRITER_GRACE_S)) and writer_stopped
         for transfer in list(self._transfers):
             self._finish(transfer)
         dropped = self._puts.clear()

@@ -114,6 +114,10 @@ class ReadHandle:
             self._store.delete(self.key, err.reason)
             raise
 
+    def file_bytes(self) -> bytes:
+        """Return the whole entry file as it is on disk, its payload checked (the shared tier pushes it)."""
+        return self._reader.header_bytes() + b"".join(self.chunks())
+
     def close(self) -> None:
         if self._open:
             self._open = False

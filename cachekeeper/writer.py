@@ -53,6 +53,7 @@ class PutResult:
     reason: str
     bytes_written: int
     seconds: float = 0.0  # compressing and writing, for reame_cache_save_seconds_total
+    key: str = ""  # the entry's, once known (the shared tier pushes what was written)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -130,11 +131,13 @@ class Writer:
     def _put(self, job: FinishedPut) -> PutResult:
         started = time.monotonic()
 
+        key = entry_key(job.fingerprint, job.tokens)
+
         def result(stored: bool, reason: str = "", written: int = 0) -> PutResult:
-            return PutResult(job.identity, job.request_id, stored, reason, written, time.monotonic() - started)
+            return PutResult(job.identity, job.request_id, stored, reason, written, time.monotonic() - started, key)
 
         # Two workers may have sent the same prefix at once: the second costs no compression.
-        if self._store.contains(entry_key(job.fingerprint, job.tokens)):
+        if self._store.contains(key):
             return result(True, PRESENT_REASON)
         try:
             payload = kv_entry.encode_payload(b"".join(job.chunks), level=self._level)

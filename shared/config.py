@@ -14,6 +14,7 @@ import dataclasses
 import os
 import tempfile
 import typing
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -132,6 +133,41 @@ def _chunk_mode(text: str) -> ChunkMode:
     return legacy[value] if value in legacy else _mode(ChunkMode)(value)
 
 
+SHARED_SCHEMES: Final = ("redis", "rediss", "unix")
+MAX_SHARED_PREFIX: Final = 64
+
+
+def _shared_url(text: str) -> str:
+    """An empty URL (no shared tier) or a redis://, rediss:// or unix:// one holding no password."""
+    value = text.strip()
+    if not value:
+        return value
+    expected = "empty, or a redis://host:port, rediss://host:port or unix:///path URL"
+    try:
+        url = urllib.parse.urlsplit(value)
+        _ = url.port  # a port out of range or not a number raises here
+    except ValueError:
+        raise ValueError(expected) from None
+    if url.scheme not in SHARED_SCHEMES:
+        raise ValueError(expected)
+    if url.password is not None or url.username is not None:
+        raise ValueError(f"{expected}, without credentials (cache.shared_user, cache.shared_password_file)")
+    if url.query or url.fragment:
+        raise ValueError(f"{expected}, without options (the cache.shared_* keys hold them)")
+    if url.scheme == "unix" and (url.netloc or not url.path.startswith("/")):
+        raise ValueError(f"{expected} (unix:// needs an absolute path: unix:///run/redis/redis.sock)")
+    if url.scheme != "unix" and (not url.hostname or (url.path not in ("", "/") and not url.path[1:].isdigit())):
+        raise ValueError(f"{expected}, with a host and at most a database number (redis://host:6379/0)")
+    return value
+
+
+def _shared_prefix(text: str) -> str:
+    value = text.strip()
+    if not value or len(value) > MAX_SHARED_PREFIX or any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError(f"1 to {MAX_SHARED_PREFIX} printable characters without spaces, such as reame:")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class CacheConfig:
     enabled: bool = key(_bool, "true")
@@ -147,6 +183,14 @@ class CacheConfig:
     answers: bool = key(_bool, "true")  # the answer cache (gateway.answers, cachekeeper.answers)
     answers_max_size: int = key(_size, "256MB")
     chunks: ChunkMode = key(_chunk_mode, "parts")  # noqa: RUF009  # which requests chunk mode reads (worker.chunk_plan)
+    # The shared tier (cachekeeper.tier). The URL is secret to error messages: a mistaken
+    # password in it must not reach a log.
+    shared_url: str = key(_shared_url, "", secret=True)
+    shared_user: str = key(_text, "")
+    shared_password_file: str = key(_text, "")
+    shared_ca_file: str = key(_text, "")
+    shared_prefix: str = key(_shared_prefix, "reame:")
+    shared_timeout: float = key(_float(0.01, 60.0), "0.25")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,6 +343,7 @@ def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] 
         sections[section] = _SECTION_CLASSES[section](**values)
     _check_speculative(sections["speculative"], raw["speculative"])
     _check_security(sections["security"])
+    _check_shared(sections["cache"])
     _check_exposure(sections["server"], raw["server"])
     return Config(source=source, **sections)
 
@@ -332,6 +377,15 @@ def _check_security(section: SecurityConfig) -> None:
         if len(given) == 1:
             missing = second if given[0] == first else first
             raise ConfigError(f"security.{given[0]} is set but security.{missing} is not: set both or neither")
+
+
+def _check_shared(section: CacheConfig) -> None:
+    """Refuse shared-tier settings that have no tier to apply to, and a CA for a link without TLS."""
+    for name in ("shared_user", "shared_password_file", "shared_ca_file"):
+        if getattr(section, name) and not section.shared_url:
+            raise ConfigError(f"cache.{name} is set but cache.shared_url is not: set both or neither")
+    if section.shared_ca_file and not section.shared_url.startswith("rediss://"):
+        raise ConfigError("cache.shared_ca_file is set but cache.shared_url is not a rediss:// (TLS) URL")
 
 
 def _env_target(name: str) -> tuple[str | None, str | None]:

@@ -19,6 +19,7 @@ from typing import Final
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
+from reame.cachekeeper.admin import shared_line
 from reame.gateway.auth import parse_key_file
 from reame.gateway.client import Dispatcher
 from reame.shared import protocol
@@ -126,6 +127,8 @@ def render(snap: Snapshot) -> str:
         rate = f"{100 * c.hits / lookups:.0f}%" if lookups else "-"
         lines.append(f"cache: {c.entries} entries, {_size(c.bytes)} of {_size(c.max_bytes)}, "
                      f"hit rate {rate} ({c.hits}/{lookups}), {c.evictions} evicted, {c.corrupt} corrupt dropped")
+        if c.shared is not None:
+            lines.append(f"  {shared_line(c.shared)}")
     m = snap.metrics
     if m is None:
         lines.append("gateway: /metrics not answering")

@@ -55,6 +55,7 @@ from reame.shared.protocol.cache import (
     CachePut,
     CacheReport,
     CacheStored,
+    SharedTierReport,
 )
 from reame.shared.protocol.chat import (
     Cancel,
@@ -110,6 +111,7 @@ __all__ = [
     "ProtocolError",
     "Ready",
     "SamplingParams",
+    "SharedTierReport",
     "Status",
     "StatusQuery",
     "Threads",

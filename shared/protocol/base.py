@@ -7,7 +7,7 @@ from typing import Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 5
+PROTOCOL_VERSION: Final = 6
 
 # Liveness, as in the ZeroMQ guide's paranoid pirate: a peer that has been silent
 # for HEARTBEAT_LIVENESS intervals is dead. Both sides send every interval.

@@ -95,6 +95,21 @@ class CacheAdmin(Struct, frozen=True):
     command: CacheCommand
 
 
+class SharedTierReport(Struct, frozen=True):
+    """The shared cache tier's counters since the cachekeeper started (cachekeeper.tier)."""
+
+    up: bool  # the tier answered its last request (false: serving from the local store alone)
+    hits: int = 0  # lookups for which an entry deeper than the local store's was fetched and stored
+    misses: int = 0  # lookups the tier was asked about and held nothing deeper for (or nothing intact)
+    pushes: int = 0  # entries stored locally and then in the tier
+    push_drops: int = 0  # entries not pushed: the queue was full or the tier was down
+    bytes_fetched: int = 0
+    bytes_pushed: int = 0
+    fetch_seconds: float = 0.0  # asking the index and fetching entries
+    errors: int = 0  # requests to the tier that failed (each cost at most cache.shared_timeout)
+    corrupt: int = 0  # entries fetched that failed their checks: refused, and deleted from the tier
+
+
 class CacheReport(Struct, frozen=True):
     """The store's counters after an admin command; ``removed`` lists deleted entry keys."""
 
@@ -117,6 +132,7 @@ class CacheReport(Struct, frozen=True):
     answer_bytes: int = 0
     answer_hits: int = 0
     answer_misses: int = 0
+    shared: SharedTierReport | None = None  # None: no shared tier (cache.shared_url is empty)
 
 
 class AnswerLookup(Struct, frozen=True):
