@@ -162,10 +162,9 @@ class AnswerCache:
         self._lock = threading.Lock()
         self.timeout_s = min(LOOKUP_TIMEOUT_S, config.cache.timeout)
 
-    def open(self, request: Generate, answer_cache: bool, dispatch: Callable[[], Call]) -> Call:
-        """Return a replay of the stored answer to ``request``, else ``dispatch()`` recording its answer."""
-        key = self.key(request, answer_cache)
-        if key is None:
+    def open(self, request: Generate, key: str | None, dispatch: Callable[[], Call]) -> Call:
+        """Return a replay of the answer stored under ``key`` (gateway.plan), else ``dispatch()`` recording it."""
+        if key is None or self.address is None:
             return dispatch()
         reply = self.lookup(key, request.request_id)
         if reply is not None:
@@ -183,6 +182,10 @@ class AnswerCache:
         call.observer = record
         return call
 
+    @property
+    def enabled(self) -> bool:
+        return self.address is not None
+
     def key(self, request: Generate, answer_cache: bool = True) -> str | None:
         """The request's answer key; None when the cache is off or the request not eligible."""
         if self.address is None or not eligible(request, answer_cache):
@@ -190,11 +193,15 @@ class AnswerCache:
         identity = self.identity()
         return None if identity is None else answer_key(identity, request)
 
-    def identity(self) -> bytes | None:
-        """The model's identity, asked for until it is known (a worker reported its fingerprint), then kept."""
+    def identity(self, status: protocol.Status | None = None) -> bytes | None:
+        """The model's identity, from ``status`` when the request's plan asked one, else asked for; then kept.
+
+        It is asked for (a StatusQuery) until a worker reported its fingerprint.
+        """
         with self._lock:
             if self._identity is None and self.address is not None:
-                self._identity = self._identity_of(self._config)
+                self._identity = (self._identity_of(self._config) if status is None
+                                  else model_identity(self._config, status))
                 if self._identity is None:
                     log.debug("no answer cache for this request: the workers' model fingerprint is not known yet")
             return self._identity

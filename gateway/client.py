@@ -66,7 +66,7 @@ class Dispatcher:
         """Send ``request`` on a new socket and return the call that reads its answer.
 
         ``abandoned`` tells whether the HTTP client has hung up (see the module doc).
-        ``then`` (a background warm, gateway.warming) follows on the same socket, so the
+        ``then`` (a background warm, gateway.plan) follows on the same socket, so the
         dispatcher sees it after the request; nobody reads its answer, and closing the
         call does not cancel it.
         """
@@ -86,7 +86,7 @@ class Dispatcher:
         """Ask for the dispatcher's status; None if it does not answer within ``timeout_s``.
 
         ``prefix`` (a prompt's affinity links) also asks how much of it is read, ``chunks``
-        (its pieces in chunk mode) how many of them are (gateway.warming).
+        (its pieces in chunk mode) how many of them are (gateway.plan).
         """
         query = protocol.StatusQuery(prefix=list(prefix), chunks=list(chunks))
         return self.upstream.ask(self.address, query, reply(protocol.Status), timeout_s)

@@ -211,7 +211,7 @@ class PeerCollector(Collector):
         yield self._counter("reame_affinity_waits", "Requests that waited for the worker holding their text.",
                             status.affinity_waits)
         warms = CounterMetricFamily(
-            "reame_background_warms", "Background reads of documents (gateway.warming), by what became of them.",
+            "reame_background_warms", "Background reads of documents (gateway.plan), by what became of them.",
             labels=["model", "event"],
         )
         warms.add_metric([self.model, "started"], status.warms_started)

@@ -14,6 +14,7 @@ import falcon
 from gunicorn.http.errors import ParseException
 
 from reame.gateway import auth, body_encoding, bounds, errors, responses, sse, validation
+from reame.gateway import plan as plans
 from reame.gateway.answers import AnswerCache, model_identity
 from reame.gateway.choice_stream import ChoicesStream
 from reame.gateway.choices import choice_usage, seeded
@@ -30,7 +31,6 @@ from reame.gateway.streams import ChatStream, CompletionStream, Meta, SSEStream,
 from reame.gateway.tool_calls import CallFormat, classify
 from reame.gateway.tool_stream import ToolStream
 from reame.gateway.tools import as_tool_call, offer, template_tools
-from reame.gateway.warming import PROBE_TIMEOUT_S, Warming
 from reame.shared import protocol
 from reame.shared.config import Config
 from reame.shared.protocol import ChatMessage, SamplingParams
@@ -151,12 +151,9 @@ class _Generation:
             settings.answers = AnswerCache(
                 settings.config, dispatcher.cache.address, dispatcher.upstream,
                 # The model as the workers named it (Ready.fingerprint): the gateway loads none.
-                identity=lambda config: model_identity(config, dispatcher.status(PROBE_TIMEOUT_S)),
+                identity=lambda config: model_identity(config, dispatcher.status(plans.PROBE_TIMEOUT_S)),
             )
         self.answers = settings.answers
-        self.warming = Warming(
-            settings.compressor, lambda prefix, chunks: dispatcher.status(PROBE_TIMEOUT_S, prefix, chunks)
-        )
 
     def open(
         self,
@@ -172,7 +169,7 @@ class _Generation:
         logprobs: int | None = None,
         tools: list[protocol.ToolFunction] | None = None,
     ) -> Call:
-        """Refuse what cannot fit the context, compress the prompt or messages as the request asks, send them."""
+        """Refuse what cannot fit the context, plan the request (gateway.plan), send it."""
         compressor = self.settings.compressor
         texts = [prompt] if prompt is not None else [t for m in messages or [] for t in (m.content, m.name or "")]
         n_ctx = self.settings.n_ctx or compressor.tokenizer.train_context() or 0
@@ -180,29 +177,28 @@ class _Generation:
             bounds.text_bytes(texts), "prompt" if prompt is not None else "messages", n_ctx,
             None if warm else sampling.max_tokens, compressor.tokenizer.min_tokens,
         )
-        deadline = time.time() + self.settings.request_timeout
         tenant = tenant_of(req)
         key_scope = tenant.scope if tenant is not None and self.settings.per_key_scope else ""
-        chunks = self.settings.config.cache.chunks.applies(options.chunks, messages)
-        # auto's first question about a document is sent as query, with a warm of the document behind it.
-        compressed, mode, reader = self.warming.compress(
-            request_id, deadline, prompt=prompt, messages=messages, mode=options.compress, warm=warm,
-            cache=options.cache, scope=auth.cache_scope(key_scope, options.cache_salt), chunks=chunks,
+        ask = plans.Ask(
+            request_id, sampling, time.time() + self.settings.request_timeout,
+            auth.cache_scope(key_scope, options.cache_salt), prompt=prompt, messages=messages, options=options,
+            warm=warm, chunks=self.settings.config.cache.chunks.applies(options.chunks, messages), grammar=grammar,
+            logprobs=logprobs, tools=tools,
         )
-        generate = protocol.Generate(
-            request_id, sampling, deadline, prompt=compressed.prompt, messages=compressed.messages,
-            cache=options.cache, warm=warm, speculative=options.speculative,
-            cache_scope=auth.cache_scope(key_scope, options.cache_salt), grammar=grammar, logprobs=logprobs,
-            tools=tools, chunks=chunks,
-        )
+        draft = plans.draft(ask, compressor)
+        # Only auto's question asks the dispatcher whether its document is read; that Status
+        # also names the model for the answer key, so the answer cache asks nothing more.
+        status = self.dispatcher.status(plans.PROBE_TIMEOUT_S, draft.links, draft.pieces) if draft.asks_status else None
+        plan = plans.plan(draft, status, compressor, self.answers.identity if self.answers.enabled else None)
+        compressor.savings.add(plan.compressed)
         # A stored answer replays without the dispatcher; else the reply is recorded for the next time.
         call = self.answers.open(
-            generate, options.answer_cache,
-            lambda: self.dispatcher.open(generate, disconnect_probe(req.env), then=reader),
+            plan.generate, plan.answer_key,
+            lambda: self.dispatcher.open(plan.generate, disconnect_probe(req.env), then=plan.warm),
         )
-        call.saved_tokens = compressed.saved_tokens
-        call.compression = mode
-        request_log(req).compressed(call.compression, compressed.saved_tokens)
+        call.saved_tokens = plan.compressed.saved_tokens
+        call.compression = plan.mode
+        request_log(req).compressed(call.compression, plan.compressed.saved_tokens)
         return call
 
     @staticmethod
@@ -384,7 +380,7 @@ class Ready:
                 "reused_from_memory": status.reused_from_memory,
                 "reused_from_store": status.reused_from_store,
                 "waited_for_a_worker": status.affinity_waits,
-                # Background warms of documents (gateway.warming): sent to a worker, read whole, yielded.
+                # Background warms of documents (gateway.plan): sent to a worker, read whole, yielded.
                 "warms_started": status.warms_started,
                 "warms_finished": status.warms_finished,
                 "warms_preempted": status.warms_preempted,

@@ -15,12 +15,13 @@ import falcon.testing
 import pytest
 import zmq
 
+from reame.gateway import plan as plans
 from reame.gateway.app import create_app
 from reame.gateway.client import Dispatcher
 from reame.gateway.compress.messages import Result
 from reame.gateway.compression import Compressor, Savings
 from reame.gateway.tokenizer import Tokenizer
-from reame.gateway.warming import Warming
+from reame.gateway.validation import Options
 from reame.shared import config, protocol
 from reame.shared.model_file import model_path
 from reame.shared.modes import CompressMode
@@ -78,11 +79,13 @@ def test_the_vocabulary_bounds_tokens_from_below(tokenizer: Tokenizer) -> None:
 def test_the_compressor_uses_the_configured_mode_unless_asked(tokenizer: Tokenizer) -> None:
     cfg = config.load(environ={"REAME_COMPRESS_MIN_TOKENS": "10", "REAME_COMPRESS_MODE": "off"})
     savings = Savings()
-    warming = Warming(Compressor(cfg, tokenizer, savings), lambda _prefix, _chunks: None)
+    compressor = Compressor(cfg, tokenizer, savings)
 
     def compress(mode: CompressMode | None) -> Result:
-        choice = warming.compress("r", 0.0, prompt=None, messages=messages, mode=mode, warm=False, cache=True, scope="")
-        return choice.compressed
+        ask = plans.Ask("r", protocol.SamplingParams(), 0.0, "", messages=messages, options=Options(compress=mode))
+        compressed = plans.draft(ask, compressor).compressed
+        savings.add(compressed)  # as the gateway counts what it sends
+        return compressed
 
     messages = [protocol.ChatMessage("system", DOCUMENT)]
     assert compress(None).messages == messages

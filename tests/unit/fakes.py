@@ -48,7 +48,7 @@ class FakeDispatcher:
         self.workers = workers
         self.received: list[protocol.Message] = []
         self.cancelled = threading.Event()
-        self.prefix_read = False  # StatusQuery.prefix: say that all of it is read (gateway.warming)
+        self.prefix_read = False  # StatusQuery.prefix: say that all of it is read (gateway.plan)
         self._held: dict[str, bytes] = {}  # request id -> identity, heartbeated until cancelled
         self._stop = threading.Event()
         self._socket = context.socket(zmq.ROUTER)

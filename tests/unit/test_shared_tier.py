@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from reame.cachekeeper import entry, tier_remote
+from reame.cachekeeper import admin, entry, tier_remote
 from reame.cachekeeper import tier_rules as rules
 from reame.shared import config, kv_entry
 from reame.shared import protocol as p
@@ -124,6 +125,18 @@ def test_the_report_round_trips_with_and_without_the_tier() -> None:
     for tier in (shared, None):
         report = p.CacheReport("r", 1, 2, 3, 4, 5, 6, 7, 8, 9, shared=tier)
         assert p.decode(p.encode(report)) == report
+
+
+def test_cache_stats_show_the_tier_in_json_and_as_lines() -> None:
+    shared = p.SharedTierReport(False, hits=2, errors=1)
+    outcome = admin.Outcome(p.CacheReport("r", 1, 2, 3, 4, 5, 6, 7, 8, 9, shared=shared), "cachekeeper")
+    conf = config.load(None, environ={})
+    fields = json.loads(json.dumps(admin.as_json(outcome, p.CacheCommand.STATS, conf)))
+    assert fields["shared"]["up"] is False and fields["shared"]["hits"] == 2
+    assert "shared tier: DOWN, hits: 2" in admin.render(outcome, p.CacheCommand.STATS, conf)
+    without = admin.Outcome(p.CacheReport("r", 1, 2, 3, 4, 5, 6, 7, 8, 9), "cachekeeper")
+    assert admin.as_json(without, p.CacheCommand.STATS, conf)["shared"] is None
+    assert "shared tier" not in admin.render(without, p.CacheCommand.STATS, conf)
 
 
 def test_redis_options_have_no_retries_of_their_own_and_tls_only_for_rediss() -> None:

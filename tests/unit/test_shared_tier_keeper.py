@@ -6,6 +6,7 @@ the Redis layout would (cachekeeper.tier_rules) in a dict, and fails on demand.
 
 from __future__ import annotations
 
+import functools
 import random
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ from reame.cachekeeper import tier_rules as rules
 from reame.cachekeeper.server import Keeper
 from reame.cachekeeper.store import Store
 from reame.cachekeeper.tier import PUSH_QUEUE, SharedTier
-from reame.cachekeeper.tier_remote import RemoteError
+from reame.cachekeeper.tier_remote import Remote, RemoteError
 from reame.shared import kv_entry
 from reame.shared import protocol as p
 from reame.shared.lifecycle import StopFlag
@@ -85,7 +86,7 @@ class FakeRemote:
 class Host:
     """A cachekeeper with its own store directory and the shared tier, and a worker's DEALER."""
 
-    def __init__(self, top: Path, name: str, remote: FakeRemote, health: rules.Health | None = None) -> None:
+    def __init__(self, top: Path, name: str, remote: Remote, health: rules.Health | None = None) -> None:
         self.store = Store(top / name / "kv", 10**9, 0)
         self.tier = SharedTier(self.store, remote, "fake", min_gain=1, health=health)
         address = f"ipc://{top}/{name}/run/cache.ipc"
@@ -194,7 +195,7 @@ def test_the_deepest_entry_present_wins_and_a_dangling_index_key_is_a_miss_at_it
     # The shorter one last: the index keys of the document's blocks name it (the last pushed wins).
     for request_id, tokens in (("long", longer), ("short", DOC)):
         assert isinstance(stored := a.put(request_id, tokens, RAW), p.CacheStored) and stored.stored
-        wait_for(lambda tokens=tokens: pushed(remote, tokens), what="the push to the tier")
+        wait_for(functools.partial(pushed, remote, tokens), what="the push to the tier")
     del remote.values[rules.entry_name(PREFIX, entry_key(FP, longer))]  # evicted by Redis, its index keys not
     hit, raw = b.lookup("look", [*longer, 9, 9, 9, 9])
     assert isinstance(hit, p.CacheHit) and hit.key == entry_key(FP, DOC) and raw == RAW

@@ -1,18 +1,21 @@
-"""auto's first question: query's prompt and a background warm until the document is read (gateway.warming)."""
+"""A request's plan: auto's first question gets query's prompt and a background warm until the document is read."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import falcon.testing
 import pytest
 
+from reame.gateway.answers import answer_key
 from reame.gateway.app import create_app
 from reame.gateway.client import Dispatcher
-from reame.gateway.compress.messages import compress_messages, compress_prompt
+from reame.gateway.compress.messages import Result, compress_messages, compress_prompt
 from reame.gateway.compression import Compressor, Savings
+from reame.gateway.plan import Ask, Decision, Plan, decide, draft, plan
 from reame.gateway.tokenizer import Tokenizer
-from reame.gateway.warming import Choice, Decision, Warming, decide
+from reame.gateway.validation import Options
 from reame.shared import affinity, config, protocol
 from reame.shared.modes import CompressMode
 from reame.shared.protocol import ChatMessage
@@ -58,6 +61,8 @@ def test_in_chunk_mode_a_document_is_read_when_all_its_pieces_are() -> None:
 
 
 class FakeProbe:
+    """The dispatcher's answer to a StatusQuery, and what it was asked."""
+
     def __init__(self, answer: protocol.Status | None) -> None:
         self.answer = answer
         self.asked: list[list[tuple[bytes, int]]] = []
@@ -69,20 +74,35 @@ class FakeProbe:
         return self.answer
 
 
-def warming(answer: protocol.Status | None) -> tuple[Warming, FakeProbe, Savings]:
-    savings = Savings()
+class Planner:
+    """The gateway's set-up without its sockets: draft, ask the probe only when the draft says so, plan."""
+
+    def __init__(self, probe: FakeProbe) -> None:
+        self.compressor = Compressor(CONFIG, Tokenizer(None), Savings())
+        self.probe = probe
+
+    def plan(self, ask: Ask, identity: bytes | None = None) -> Plan:
+        d = draft(ask, self.compressor)
+        status = self.probe(d.links, d.pieces) if d.asks_status else None
+        return plan(d, status, self.compressor, None if identity is None else lambda _status: identity)
+
+
+def warming(answer: protocol.Status | None) -> tuple[Planner, FakeProbe]:
     probe = FakeProbe(answer)
-    return Warming(Compressor(CONFIG, Tokenizer(None), savings), probe), probe, savings
+    return Planner(probe), probe
 
 
-def choose(w: Warming, mode: CompressMode | None = CompressMode.AUTO, warm: bool = False,
-           messages: list[ChatMessage] | None = None, prompt: str | None = None, chunks: bool = False) -> Choice:
-    return w.compress("r1", 1234.0, prompt=prompt, messages=messages if prompt is None else None, mode=mode,
-                      warm=warm, cache=True, scope="scope", chunks=chunks)
+def choose(w: Planner, mode: CompressMode | None = CompressMode.AUTO, warm: bool = False,
+           messages: list[ChatMessage] | None = None, prompt: str | None = None,
+           chunks: bool = False) -> tuple[Result, str, protocol.Generate | None]:
+    ask = Ask("r1", protocol.SamplingParams(), 1234.0, "scope", prompt=prompt,
+              messages=messages if prompt is None else None, options=Options(compress=mode), warm=warm, chunks=chunks)
+    planned = w.plan(ask)
+    return planned.compressed, planned.mode, planned.warm
 
 
 def test_a_new_document_is_answered_from_query_and_warmed_in_the_background() -> None:
-    w, probe, savings = warming(status(0))
+    w, probe = warming(status(0))
     compressed, mode, reader = choose(w, messages=MESSAGES)
     policy = w.compressor.policy
     assert mode == "query"
@@ -94,11 +114,10 @@ def test_a_new_document_is_answered_from_query_and_warmed_in_the_background() ->
     )
     # The dispatcher was asked about exactly the prompt the warm reads, under the request's scope.
     assert probe.asked == [[(link.digest, link.chars) for link in affinity.chain(reader)]]
-    assert savings.snapshot().compressed == 1  # counted once, for what is sent
 
 
 def test_in_chunk_mode_the_dispatcher_is_asked_about_the_document_s_pieces_and_the_warm_reads_in_chunks() -> None:
-    w, probe, _ = warming(status(0))
+    w, probe = warming(status(0))
     _, mode, reader = choose(w, messages=MESSAGES, chunks=True)
     assert mode == "query" and reader is not None and reader.chunks
     assert probe.chunks == [list(affinity.chunk_digests(reader))] and probe.chunks[0]
@@ -110,7 +129,7 @@ def test_in_chunk_mode_the_dispatcher_is_asked_about_the_document_s_pieces_and_t
 
 
 def test_a_read_document_gets_the_auto_prompt_and_no_warm() -> None:
-    w, _, _ = warming(None)
+    w, _ = warming(None)
     prefix = compress_messages(MESSAGES, w.compressor.policy(CompressMode.AUTO)).prefix_messages
     reader = protocol.Generate("x", protocol.SamplingParams(), 0.0, messages=prefix, cache_scope="scope")
     w.probe = FakeProbe(status(affinity.chain(reader)[-1].chars))
@@ -121,14 +140,14 @@ def test_a_read_document_gets_the_auto_prompt_and_no_warm() -> None:
 
 def test_while_a_warm_of_it_runs_the_next_question_reads_the_document_itself_and_no_second_warm() -> None:
     # Asked back to back, query's prompt would pre-empt the warm at every question.
-    w, _, _ = warming(status(0, warming=True))
+    w, _ = warming(status(0, warming=True))
     compressed, mode, reader = choose(w, messages=MESSAGES)
     assert (mode, reader) == ("auto", None)
     assert compressed.messages == compress_messages(MESSAGES, w.compressor.policy(CompressMode.AUTO)).messages
 
 
 def test_a_raw_prompt_warms_its_document_part() -> None:
-    w, _, _ = warming(status(0))
+    w, _ = warming(status(0))
     prompt = DOCUMENT + "\n\n" + QUESTION
     compressed, mode, reader = choose(w, prompt=prompt)
     assert mode == "query"
@@ -139,23 +158,38 @@ def test_a_raw_prompt_warms_its_document_part() -> None:
 
 @pytest.mark.parametrize("mode", [CompressMode.LOSSLESS, CompressMode.FACTS, CompressMode.QUERY, CompressMode.OFF])
 def test_other_modes_never_ask(mode: CompressMode) -> None:
-    w, probe, _ = warming(status(0))
+    w, probe = warming(status(0))
     _, sent_mode, reader = choose(w, mode=mode, messages=MESSAGES)
     assert probe.asked == [] and reader is None and sent_mode == mode
 
 
 def test_a_request_without_a_mode_gets_auto_the_default() -> None:
     assert CONFIG.compress.mode == CompressMode.AUTO
-    w, probe, _ = warming(status(0))
+    w, probe = warming(status(0))
     _, sent_mode, reader = choose(w, mode=None, messages=MESSAGES)
     assert probe.asked and reader is not None and sent_mode == CompressMode.QUERY
 
 
 def test_without_a_document_or_for_a_cache_warm_auto_never_asks() -> None:
-    w, probe, _ = warming(status(0))
+    w, probe = warming(status(0))
     assert choose(w, messages=[ChatMessage("user", "Hello there")])[1:] == ("auto", None)
     assert choose(w, messages=MESSAGES, warm=True)[1:] == ("auto", None)  # /v1/cache/warm reads it itself
     assert probe.asked == []
+
+
+def test_the_answer_key_names_what_is_sent_and_only_for_a_deterministic_request() -> None:
+    w, _ = warming(status(0))
+    greedy = Ask("r1", protocol.SamplingParams(temperature=0.0), 1234.0, "scope", messages=MESSAGES)
+    planned = w.plan(greedy, identity=b"model")
+    assert planned.mode == "query" and planned.answer_key == answer_key(b"model", planned.generate)
+    w.probe = FakeProbe(status(0, warming=True))
+    as_auto = w.plan(greedy, identity=b"model")
+    assert as_auto.mode == "auto" and as_auto.answer_key not in (None, planned.answer_key)  # another prompt sent
+    assert w.plan(greedy).answer_key is None  # the answer cache off, or the model not known yet
+    sampled = dataclasses.replace(greedy, sampling=protocol.SamplingParams(temperature=0.7))
+    assert w.plan(sampled, identity=b"model").answer_key is None
+    opted_out = dataclasses.replace(greedy, options=Options(answer_cache=False))
+    assert w.plan(opted_out, identity=b"model").answer_key is None
 
 
 # ---- through the app, against the fake dispatcher ----------------------------------------
