@@ -109,7 +109,7 @@ def hit_rate(report: p.CacheReport) -> float | None:
 
 def as_json(outcome: Outcome, command: p.CacheCommand, config: Config) -> dict[str, Any]:
     """Return the outcome as one JSON-ready object."""
-    fields = msgspec.structs.asdict(outcome.report)
+    fields = msgspec.to_builtins(outcome.report)  # nested structs (the shared tier's) too
     del fields["request_id"]
     return {
         "command": command.value, "source": outcome.source, "directory": str(config.cache_dir),

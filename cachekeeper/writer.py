@@ -164,7 +164,8 @@ class Writer:
             if job.command is CacheCommand.VERIFY:
                 removed = [bad.key for bad in self._store.verify(stop=self._stopping.is_set)]
             elif job.command is CacheCommand.PURGE:
-                # Puts commit on this thread too, so no entry can appear between the two calls.
+                # Puts commit on this thread too, so no put can appear between the two calls (an
+                # entry the shared tier's fetch thread lands there is purged without being listed).
                 removed = self._store.keys()
                 self._store.purge()
             else:
