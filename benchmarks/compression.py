@@ -51,7 +51,7 @@ def run(setup: Setup) -> Section:
 
 
 def size_rows(setup: Setup, docs: dict[str, str], questions: list[Question]) -> list[list[Any]]:
-    from reame.gateway.tokenizer import Tokenizer
+    from reame.gateway.compress.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(setup.model)
     tokenizer.load()

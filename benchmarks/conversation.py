@@ -87,7 +87,7 @@ def on_peer(setup: Setup, peer: str, document: str, asked: list[Question], progr
 
 def turn_sizes(setup: Setup, asked: list[Question], timings: list[Timing]) -> list[int]:
     """What each turn after the first adds, in the model's tokens: the last reply and the new question."""
-    from reame.gateway.tokenizer import Tokenizer
+    from reame.gateway.compress.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(setup.model)
     tokenizer.load()

@@ -171,7 +171,7 @@ def goals(figures: dict[str, dict[str, Any]]) -> list[str]:
 def kept_table(setup: Setup, docs: dict[str, str], questions: list[Question]) -> str:
     """What each mode keeps of the facts and how many tokens it leaves (``query`` and ``auto``: per question)."""
     from reame.gateway.compress import compress, excerpts
-    from reame.gateway.tokenizer import Tokenizer
+    from reame.gateway.compress.tokenizer import Tokenizer
     from reame.shared.config import load
 
     # REAME_COMPRESS_* reach the server started here, so the figures without it use them too.
@@ -209,7 +209,7 @@ def cost_notes(setup: Setup, docs: dict[str, str]) -> list[str]:
     from reame.gateway.compress.messages import Policy, compress_messages
     from reame.gateway.compress.segment import Kind, sentences, split_lines
     from reame.gateway.compress.telegraph import shorten
-    from reame.gateway.tokenizer import Tokenizer
+    from reame.gateway.compress.tokenizer import Tokenizer
     from reame.shared.protocol import ChatMessage
 
     tokenizer = Tokenizer(setup.model)

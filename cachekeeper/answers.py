@@ -1,6 +1,6 @@
 """The answer cache's store: one file per stored answer, checksummed, LRU under its own cap.
 
-The gateway (gateway.answers) asks with AnswerLookup and sends AnswerPut after a
+The gateway (gateway.upstream.answers) asks with AnswerLookup and sends AnswerPut after a
 deterministic reply; this module keeps those answers in ``<cache.dir>/answers``.
 
 Answers are small (a few KB of Deltas and a Done), so the files themselves are the
@@ -48,7 +48,7 @@ class CorruptAnswer(Exception):
 
 
 def is_answer_key(key: str) -> bool:
-    """A key is 64 lowercase hex digits (gateway.answers.answer_key): never a path."""
+    """A key is 64 lowercase hex digits (gateway.upstream.answers.answer_key): never a path."""
     return _KEY.fullmatch(key) is not None
 
 

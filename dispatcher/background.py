@@ -1,7 +1,7 @@
 """Background warms: read a document into the KV cache on cores no user request needs.
 
 When the gateway answers a first question about a document from ``query``'s short
-text (gateway.plan), it also sends a warm of the document's cache-stable prefix
+text (gateway.api.plan), it also sends a warm of the document's cache-stable prefix
 with ``Generate.background`` set, so that the next question finds the document read.
 The scheduler applies these rules, with this module's bookkeeping:
 

@@ -13,16 +13,7 @@ from typing import Any, Final
 
 import falcon
 
-from reame.gateway import errors
-from reame.gateway.auth import Keys, load_keys
-from reame.gateway.client import ClientGone, Dispatcher
-from reame.gateway.errors import APIError
-from reame.gateway.guard import KeyMiddleware
-from reame.gateway.headers import CORSMiddleware, RequestIdMiddleware, parse_origins
-from reame.gateway.metrics import Metrics
-from reame.gateway.openapi import OpenAPIDocument
-from reame.gateway.requestlog import LogMiddleware, request_log
-from reame.gateway.resources import (
+from reame.gateway.api.resources import (
     CacheWarm,
     ChatCompletions,
     Completions,
@@ -32,8 +23,17 @@ from reame.gateway.resources import (
     Settings,
     send_json,
 )
-from reame.gateway.streams import CLIENT_GONE_STATUS
-from reame.gateway.webpage import STATIC_PREFIX, WebPage
+from reame.gateway.api.streams import CLIENT_GONE_STATUS
+from reame.gateway.http import errors
+from reame.gateway.http.auth import Keys, load_keys
+from reame.gateway.http.errors import APIError
+from reame.gateway.http.guard import KeyMiddleware
+from reame.gateway.http.headers import CORSMiddleware, RequestIdMiddleware, parse_origins
+from reame.gateway.http.metrics import Metrics
+from reame.gateway.http.openapi import OpenAPIDocument
+from reame.gateway.http.requestlog import LogMiddleware, request_log
+from reame.gateway.http.webpage import STATIC_PREFIX, WebPage
+from reame.gateway.upstream.client import ClientGone, Dispatcher
 from reame.shared.config import Config
 from reame.shared.model_file import model_alias
 

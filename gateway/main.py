@@ -21,9 +21,9 @@ from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 
 from reame.gateway.app import create_app
-from reame.gateway.auth import SHORT_KEY, Keys, load_keys
-from reame.gateway.client import Dispatcher
-from reame.gateway.metrics import use_multiprocess
+from reame.gateway.http.auth import SHORT_KEY, Keys, load_keys
+from reame.gateway.http.metrics import use_multiprocess
+from reame.gateway.upstream.client import Dispatcher
 from reame.shared.config import CONFIG_PATH_ENV, Config, ConfigError
 from reame.shared.endpoints import EndpointError, LinkKeys, link_keys
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE, boot, die_with_parent
@@ -63,7 +63,7 @@ class GatewayApplication(BaseApplication):  # type: ignore[misc]
             "workers": server.gateway_processes,
             "threads": server.gateway_threads,
             # gthread with read timeouts, a per-client share of threads and JSON errors before the app.
-            "worker_class": "reame.gateway.http_worker.ReameThreadWorker",
+            "worker_class": "reame.gateway.http.http_worker.ReameThreadWorker",
             "accesslog": None,  # the app writes one line per request itself
             "errorlog": "-",
             "loglevel": self.config.logging.level,

@@ -20,7 +20,7 @@ alone, by :func:`chunk_digests`: the dispatcher remembers the pieces of the chat
 read in chunk mode, and a document is read when all its pieces are.
 
 The gateway names a document's prefix and pieces the same way to ask the dispatcher
-whether it is read (gateway.plan), and both tell "read" by :func:`is_read` and
+whether it is read (gateway.api.plan), and both tell "read" by :func:`is_read` and
 :func:`chunks_read`: that is why this lives in shared/.
 
 Token blocks would name prefixes exactly, but the dispatcher would have to hold the
@@ -118,7 +118,7 @@ def is_read(read_chars: int, total_chars: int) -> bool:
 
     Not most of it: a question's ``query`` form may share all but a few lines with the
     document (a short one), and reading those few lines is what makes the question slow.
-    The warm's prompt ends where its document ends in ``auto``'s prompt (gateway.plan),
+    The warm's prompt ends where its document ends in ``auto``'s prompt (gateway.api.plan),
     so its affinity pieces, the last one included, are those of that prompt.
     """
     return total_chars > 0 and read_chars >= total_chars

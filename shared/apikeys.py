@@ -1,6 +1,6 @@
 """What the configuration knows of API keys: their syntax, a type that hides them, public hosts.
 
-The gateway reads the key file and matches requests (gateway.auth); the config
+The gateway reads the key file and matches requests (gateway.http.auth); the config
 loader needs only these pure pieces, to parse ``server.api_keys`` and to refuse a
 public address served without a key, in every process and in `reame config check`.
 """

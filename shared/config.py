@@ -180,7 +180,7 @@ class CacheConfig:
     timeout: float = key(_float(0.01), "1.0")
     address: str = key(_address, "")
     scope: str = key(_choice("auto", "shared", "per_key"), "auto")
-    answers: bool = key(_bool, "true")  # the answer cache (gateway.answers, cachekeeper.answers)
+    answers: bool = key(_bool, "true")  # the answer cache (gateway.upstream.answers, cachekeeper.answers)
     answers_max_size: int = key(_size, "256MB")
     chunks: ChunkMode = key(_chunk_mode, "parts")  # noqa: RUF009  # which requests chunk mode reads (worker.chunk_plan)
     # The shared tier (cachekeeper.tier). The URL is secret to error messages: a mistaken

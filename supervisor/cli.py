@@ -111,7 +111,7 @@ def _compress_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _compress(args: argparse.Namespace) -> int:
-    from reame.gateway import compress_cli
+    from reame.gateway.compress import cli as compress_cli
 
     return compress_cli.run(args.config, args.file, args.mode, args.question, args.stats)
 

@@ -20,8 +20,8 @@ import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 from reame.cachekeeper.admin import shared_line
-from reame.gateway.auth import parse_key_file
-from reame.gateway.client import Dispatcher
+from reame.gateway.http.auth import parse_key_file
+from reame.gateway.upstream.client import Dispatcher
 from reame.shared import protocol
 from reame.shared.config import Config, ConfigError
 from reame.shared.endpoints import EndpointError, link_keys

@@ -1,6 +1,6 @@
 """A small GBNF matcher for unit tests: does a grammar the gateway wrote accept a text?
 
-It reads the subset gateway.schema_gbnf and gateway.tool_calls write (one rule a line;
+It reads the subset gateway.grammar.schema_gbnf and gateway.api.tool_calls write (one rule a line;
 literals, character classes, groups, rule names, ``? * + {m,n}``) and matches by
 backtracking, so it is for short texts only. The real check is llama.cpp's, in the
 integration tests; this one lets pure tests say what a grammar allows.

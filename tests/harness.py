@@ -42,7 +42,7 @@ def cache_stats(server: Server) -> dict[str, Any]:
 
 def busy_workers(server: Server) -> set[int] | None:
     """Return the pids of the workers the dispatcher has given a request; None if it does not answer."""
-    from reame.gateway.client import Dispatcher
+    from reame.gateway.upstream.client import Dispatcher
     from reame.shared.config import load
 
     env = {"REAME_SERVER_PORT": str(server.port), "REAME_SERVER_RUN_DIR": str(server.run_dir)}

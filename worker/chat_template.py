@@ -9,7 +9,7 @@ are written for: ``tools`` is a list of ``{"type": "function", "function": {name
 description, parameters}}``, an assistant turn's calls are ``tool_calls: [{"type":
 "function", "id", "function": {"name", "arguments": <dict>}}]`` and a ``tool`` turn
 has its ``tool_call_id``. The gateway sends them only to templates that render them
-(gateway.tool_calls).
+(gateway.api.tool_calls).
 """
 
 from __future__ import annotations

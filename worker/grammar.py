@@ -1,6 +1,6 @@
 """Compile a request's GBNF grammar into llama.cpp's grammar sampler.
 
-The gateway wrote the grammar from a JSON schema (gateway.schema_gbnf) and the
+The gateway wrote the grammar from a JSON schema (gateway.grammar.schema_gbnf) and the
 worker only compiles it against this model's vocabulary; llama.cpp returns NULL
 for a grammar it cannot parse, and an empty grammar would constrain nothing, so
 both are refused rather than answered unconstrained.

@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     hello = Ready(
         worker_id=f"w{args.index}-{pid}", pid=pid, model=model_alias(config), n_ctx=model.n_ctx,
         threads=config.workers.threads, host=socket.gethostname(),
-        # The gateway keys its answer cache by both (gateway.answers).
+        # The gateway keys its answer cache by both (gateway.upstream.answers).
         fingerprint=fingerprint, draft_fingerprint=draft_fingerprint,
     )
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()

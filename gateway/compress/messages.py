@@ -66,7 +66,7 @@ class Result:
 
     ``auto`` with excerpts also gives the document prefix (``prefix_prompt`` or
     ``prefix_messages``): all that comes before the excerpts, the same whatever the
-    question, which a warm reads into the KV cache (gateway.plan).
+    question, which a warm reads into the KV cache (gateway.api.plan).
     """
 
     saved_tokens: int = 0

@@ -136,7 +136,7 @@ class CacheReport(Struct, frozen=True):
 
 
 class AnswerLookup(Struct, frozen=True):
-    """Ask for the stored answer under ``key`` (gateway.answers); CacheMiss or AnswerFound."""
+    """Ask for the stored answer under ``key`` (gateway.upstream.answers); CacheMiss or AnswerFound."""
 
     KIND: ClassVar[Kind] = Kind.ANSWER_LOOKUP
     request_id: str

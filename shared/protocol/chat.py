@@ -56,7 +56,7 @@ class ChatMessage:
     role: str
     content: str
     name: str | None = None
-    # Only when the model's template renders tool calls (gateway.tool_calls); else they are plain text.
+    # Only when the model's template renders tool calls (gateway.api.tool_calls); else they are plain text.
     tool_calls: tuple[ToolCall, ...] = ()  # an assistant turn's calls
     tool_call_id: str | None = None  # a tool turn: the call it answers
     # Where the content's text parts after the first begin (offsets in content, ascending):
@@ -95,7 +95,7 @@ class Ready(Struct, frozen=True):
     ``fingerprint`` names its model as its KV entries are filed under (worker.fingerprint:
     the file's content, the KV layout, the llama-cpp-python version), ``draft_fingerprint``
     its draft model's (b"" without one); the dispatcher reports both (WorkerState), so the
-    gateway keys its answer cache by them without loading the model (gateway.answers).
+    gateway keys its answer cache by them without loading the model (gateway.upstream.answers).
     """
 
     KIND: ClassVar[Kind] = Kind.READY
@@ -189,7 +189,7 @@ class Done(Struct, frozen=True):
     draft_tokens: int = 0  # speculative tokens proposed
     accepted_draft_tokens: int = 0  # ...and accepted by the target model
     queue_ms: float = 0.0  # set by the dispatcher: time from its arrival to its (last) worker
-    answer_cache: str = ""  # set by the gateway (gateway.answers): "hit", "miss", or "" when not eligible
+    answer_cache: str = ""  # set by the gateway (gateway.upstream.answers): "hit", "miss", or "" when not eligible
     # Chunk mode (Generate.chunks): chunks held in memory, placed from the store, read alone
     # (and stored), and the tokens read in context at their starts.
     chunks_in_memory: int = 0

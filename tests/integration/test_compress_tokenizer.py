@@ -15,13 +15,13 @@ import falcon.testing
 import pytest
 import zmq
 
-from reame.gateway import plan as plans
+from reame.gateway.api import plan as plans
+from reame.gateway.api.validation import Options
 from reame.gateway.app import create_app
-from reame.gateway.client import Dispatcher
+from reame.gateway.compress.compressor import Compressor, Savings
 from reame.gateway.compress.messages import Result
-from reame.gateway.compression import Compressor, Savings
-from reame.gateway.tokenizer import Tokenizer
-from reame.gateway.validation import Options
+from reame.gateway.compress.tokenizer import Tokenizer
+from reame.gateway.upstream.client import Dispatcher
 from reame.shared import config, protocol
 from reame.shared.model_file import model_path
 from reame.shared.modes import CompressMode
@@ -67,7 +67,7 @@ def test_the_vocabulary_counts_tokens_like_the_model(tokenizer: Tokenizer) -> No
 
 
 def test_the_vocabulary_bounds_tokens_from_below(tokenizer: Tokenizer) -> None:
-    """gateway.bounds refuses on this bound: it must never exceed the real count."""
+    """gateway.http.bounds refuses on this bound: it must never exceed the real count."""
     longest = tokenizer.max_token_bytes()
     assert longest is not None and longest >= len("<|im_start|>")
     for text in ("", "Hello world", DOCUMENT, " " * 5000, "-" * 5000, "東京 🚀 " * 300):

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from reame.gateway.schema_gbnf import schema_grammar
-from reame.gateway.tool_calls import FENCE_OPEN, OPEN, CallFormat, parse_reply
-from reame.gateway.tools import parse_tools
+from reame.gateway.api.tool_calls import FENCE_OPEN, OPEN, CallFormat, parse_reply
+from reame.gateway.api.tools import parse_tools
+from reame.gateway.grammar.schema_gbnf import schema_grammar
 from reame.shared.config import load
 from reame.shared.model_file import ModelFileError, model_path
 from reame.shared.modes import SpeculativeMode
@@ -123,7 +123,7 @@ WEATHER_TOOL: Any = {"type": "function", "function": {"name": "get_weather", "pa
 @pytest.mark.parametrize("mode", [SpeculativeMode.OFF, SpeculativeMode.LOOKUP])
 @pytest.mark.parametrize("choice", ["required", "auto"])
 def test_hermes_tool_grammars_hold_in_llama_cpp(engine: Engine, mode: SpeculativeMode, choice: str) -> None:
-    # The <tool_call> format's grammar (gateway.tool_calls) compiled and followed by llama.cpp itself.
+    # The <tool_call> format's grammar (gateway.api.tool_calls) compiled and followed by llama.cpp itself.
     tools = parse_tools({"tools": [WEATHER_TOOL], "tool_choice": choice}, CallFormat.HERMES)
     assert tools is not None
     finished = 0

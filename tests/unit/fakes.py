@@ -17,7 +17,7 @@ import numpy.typing as npt
 import zmq
 
 from reame.gateway.app import create_app
-from reame.gateway.client import Dispatcher
+from reame.gateway.upstream.client import Dispatcher
 from reame.shared import config, protocol
 from reame.shared.protocol import Delta, Done, Error, ErrorCode, FinishReason, Heartbeat
 from reame.worker.model import DecodeError
@@ -48,7 +48,7 @@ class FakeDispatcher:
         self.workers = workers
         self.received: list[protocol.Message] = []
         self.cancelled = threading.Event()
-        self.prefix_read = False  # StatusQuery.prefix: say that all of it is read (gateway.plan)
+        self.prefix_read = False  # StatusQuery.prefix: say that all of it is read (gateway.api.plan)
         self._held: dict[str, bytes] = {}  # request id -> identity, heartbeated until cancelled
         self._stop = threading.Event()
         self._socket = context.socket(zmq.ROUTER)

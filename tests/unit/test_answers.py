@@ -18,7 +18,10 @@ from reame.cachekeeper.admin import offline
 from reame.cachekeeper.answers import AnswerStore, answer, decode_file, encode_file
 from reame.cachekeeper.server import Keeper
 from reame.cachekeeper.store import Store
-from reame.gateway.answers import (
+from reame.gateway.api.responses import Usage
+from reame.gateway.api.validation import parse_chat
+from reame.gateway.http.errors import APIError
+from reame.gateway.upstream.answers import (
     AnswerCache,
     ReplayCall,
     answer_key,
@@ -27,9 +30,6 @@ from reame.gateway.answers import (
     encode_reply,
     model_identity,
 )
-from reame.gateway.errors import APIError
-from reame.gateway.responses import Usage
-from reame.gateway.validation import parse_chat
 from reame.shared import protocol as p
 from reame.shared.config import load
 from reame.shared.lifecycle import StopFlag

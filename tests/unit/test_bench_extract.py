@@ -12,7 +12,7 @@ pytest.importorskip("openai")  # reame.benchmarks needs the test or bench extra
 from reame.benchmarks.common import Setup  # after the skip
 from reame.benchmarks.exam import Question
 from reame.benchmarks.extract import MAX_VALUE_CHARS, accuracy, documents, field_name, instruction, schema_for, valid
-from reame.gateway.structured import response_grammar
+from reame.gateway.grammar.structured import response_grammar
 
 EXAM = Path(__file__).resolve().parents[1] / "data" / "exam"  # the repository's own: CI has no ../shared
 

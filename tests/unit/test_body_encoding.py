@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from reame.gateway.body_encoding import BodyError, codings, decode
+from reame.gateway.http.body_encoding import BodyError, codings, decode
 
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hello"}]}'
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from reame.gateway.choices import MAX_CHOICES, choice_usage, count_choices, seeded
-from reame.gateway.errors import APIError
+from reame.gateway.api.choices import MAX_CHOICES, choice_usage, count_choices, seeded
+from reame.gateway.http.errors import APIError
 from reame.shared.protocol import Done, FinishReason, SamplingParams
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import zmq
 
+from reame.gateway.api.completion_choices import Candidate, count_candidates, score, select, worker_logprobs
 from reame.gateway.app import create_app
-from reame.gateway.client import Dispatcher
-from reame.gateway.completion_choices import Candidate, count_candidates, score, select, worker_logprobs
-from reame.gateway.errors import APIError
+from reame.gateway.http.errors import APIError
+from reame.gateway.upstream.client import Dispatcher
 from reame.shared import protocol
 from reame.shared.protocol import Delta, Done, FinishReason, TokenLogprob
 from tests.unit.fakes import CONFIG, LIVENESS_S, FakeDispatcher

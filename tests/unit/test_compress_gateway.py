@@ -16,13 +16,13 @@ from typing import Any
 import falcon.testing
 import pytest
 
+from reame.gateway.api.validation import parse_chat, parse_completion, parse_warm
 from reame.gateway.app import create_app
-from reame.gateway.client import Dispatcher
+from reame.gateway.compress.compressor import Savings
 from reame.gateway.compress.messages import Result
-from reame.gateway.compression import Savings
-from reame.gateway.errors import APIError
-from reame.gateway.tokenizer import Tokenizer, TokenizerError
-from reame.gateway.validation import parse_chat, parse_completion, parse_warm
+from reame.gateway.compress.tokenizer import Tokenizer, TokenizerError
+from reame.gateway.http.errors import APIError
+from reame.gateway.upstream.client import Dispatcher
 from reame.shared import config, protocol
 from reame.supervisor import cli
 from tests.unit.fakes import LIVENESS_S, FakeDispatcher

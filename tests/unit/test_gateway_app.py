@@ -19,10 +19,10 @@ import falcon.testing
 import pytest
 import zmq
 
-from reame.gateway import resources
+from reame.gateway.api import resources
+from reame.gateway.api.streams import SSEStream
 from reame.gateway.app import create_app
-from reame.gateway.client import Dispatcher
-from reame.gateway.streams import SSEStream
+from reame.gateway.upstream.client import Dispatcher
 from reame.shared import protocol
 from tests.unit.fakes import CONFIG, MAX_BODY, RETRY_AFTER, WAIT_S, FakeDispatcher, chat_body, make_app
 

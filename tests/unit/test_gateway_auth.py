@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reame.gateway import auth
-from reame.gateway.auth import Keys, cache_scope, key_id, load_keys, parse_key_file, presented_key
+from reame.gateway.http import auth
+from reame.gateway.http.auth import Keys, cache_scope, key_id, load_keys, parse_key_file, presented_key
 from reame.shared import config
 from reame.shared.config import ConfigError
 

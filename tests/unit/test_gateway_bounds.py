@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reame.gateway import bounds, validation
-from reame.gateway.errors import APIError
+from reame.gateway.api import validation
+from reame.gateway.http import bounds
+from reame.gateway.http.errors import APIError
 from reame.shared.config import SamplingConfig, defaults
 
 LONGEST = 162  # bytes of the longest token of the default model's vocabulary

@@ -9,7 +9,7 @@ from typing import Any
 
 import zmq
 
-from reame.gateway.cache_probe import DISABLED, OFF, ON, CacheProbe
+from reame.gateway.upstream.cache_probe import DISABLED, OFF, ON, CacheProbe
 from reame.shared import protocol as p
 from reame.shared.upstream import Upstream
 

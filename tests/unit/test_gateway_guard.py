@@ -10,9 +10,9 @@ import falcon.testing
 import pytest
 
 from reame.gateway.app import create_app
-from reame.gateway.auth import key_id
-from reame.gateway.client import Dispatcher
-from reame.gateway.guard import NO_KEY, WRONG_KEY
+from reame.gateway.http.auth import key_id
+from reame.gateway.http.guard import NO_KEY, WRONG_KEY
+from reame.gateway.upstream.client import Dispatcher
 from reame.shared import config
 from tests.unit.fakes import LIVENESS_S, FakeDispatcher, chat_body
 

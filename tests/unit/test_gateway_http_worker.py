@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pytest
 from gunicorn.http import errors as http_errors
 
-from reame.gateway import http_worker
-from reame.gateway.errors import APIError
-from reame.gateway.requestlog import RequestLog, log_safe
-from reame.gateway.responses import dumps
+from reame.gateway.api.responses import dumps
+from reame.gateway.http import http_worker
+from reame.gateway.http.errors import APIError
+from reame.gateway.http.requestlog import RequestLog, log_safe
 
 
 @pytest.fixture

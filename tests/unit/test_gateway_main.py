@@ -9,7 +9,7 @@ import pytest
 from gunicorn.workers.gthread import ThreadWorker
 
 from reame.gateway import main as gateway_main
-from reame.gateway.auth import Keys
+from reame.gateway.http.auth import Keys
 from reame.gateway.main import GatewayApplication
 from reame.shared import config
 from reame.shared.lifecycle import EXIT_BOOT_FAILURE
@@ -29,7 +29,7 @@ def test_gunicorn_is_configured_from_reame_config() -> None:
     settings = GatewayApplication(cfg, Keys([])).cfg
     assert settings.bind == ["[::1]:9999"]
     assert (settings.workers, settings.threads) == (2, 5)
-    assert settings.worker_class_str == "reame.gateway.http_worker.ReameThreadWorker"
+    assert settings.worker_class_str == "reame.gateway.http.http_worker.ReameThreadWorker"
     assert issubclass(settings.worker_class, ThreadWorker)  # gthread, hardened
     assert settings.accesslog is None and settings.control_socket_disable
 

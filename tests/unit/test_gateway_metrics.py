@@ -10,9 +10,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reame.gateway.app import create_app
-from reame.gateway.client import Dispatcher
-from reame.gateway.headers import MAX_REQUEST_ID, client_request_id
-from reame.gateway.metrics import endpoint
+from reame.gateway.http.headers import MAX_REQUEST_ID, client_request_id
+from reame.gateway.http.metrics import endpoint
+from reame.gateway.upstream.client import Dispatcher
 from reame.shared import config
 from reame.shared.logs import JSONFormatter
 from tests.unit.fakes import LIVENESS_S, FakeDispatcher, chat_body

@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from reame.gateway.app import create_app
-from reame.gateway.client import Dispatcher
+from reame.gateway.upstream.client import Dispatcher
 from tests.unit.fakes import CONFIG, LIVENESS_S, RETRY_AFTER, FakeDispatcher
 
 openai = pytest.importorskip("openai")

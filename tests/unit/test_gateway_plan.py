@@ -8,14 +8,14 @@ from collections.abc import Sequence
 import falcon.testing
 import pytest
 
-from reame.gateway.answers import answer_key
+from reame.gateway.api.plan import Ask, Decision, Plan, decide, draft, plan
+from reame.gateway.api.validation import Options
 from reame.gateway.app import create_app
-from reame.gateway.client import Dispatcher
+from reame.gateway.compress.compressor import Compressor, Savings
 from reame.gateway.compress.messages import Result, compress_messages, compress_prompt
-from reame.gateway.compression import Compressor, Savings
-from reame.gateway.plan import Ask, Decision, Plan, decide, draft, plan
-from reame.gateway.tokenizer import Tokenizer
-from reame.gateway.validation import Options
+from reame.gateway.compress.tokenizer import Tokenizer
+from reame.gateway.upstream.answers import answer_key
+from reame.gateway.upstream.client import Dispatcher
 from reame.shared import affinity, config, protocol
 from reame.shared.modes import CompressMode
 from reame.shared.protocol import ChatMessage

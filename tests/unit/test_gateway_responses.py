@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from reame.gateway import errors, responses, sse
-from reame.gateway.errors import APIError
-from reame.gateway.responses import Choice, Usage
+from reame.gateway.api import responses
+from reame.gateway.api.responses import Choice, Usage
+from reame.gateway.http import errors, sse
+from reame.gateway.http.errors import APIError
 from reame.shared.protocol import Done, Error, ErrorCode, FinishReason
 
 

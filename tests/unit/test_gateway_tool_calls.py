@@ -12,8 +12,8 @@ from typing import Any, Final
 
 import pytest
 
-from reame.gateway.tool_calls import CallFormat, classify, parse_reply
-from reame.gateway.tools import as_tool_call, parse_tools
+from reame.gateway.api.tool_calls import CallFormat, classify, parse_reply
+from reame.gateway.api.tools import as_tool_call, parse_tools
 from tests.gbnf import accepts
 from tests.unit.test_worker_chat_template import CHATML
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from reame.gateway.errors import APIError
-from reame.gateway.tool_calls import CallFormat
-from reame.gateway.tools import as_tool_call, flatten_history, history_calls, offer, parse_tools, template_tools
+from reame.gateway.api.tool_calls import CallFormat
+from reame.gateway.api.tools import as_tool_call, flatten_history, history_calls, offer, parse_tools, template_tools
+from reame.gateway.http.errors import APIError
 from reame.shared.protocol import ChatMessage, ToolCall, ToolFunction
 from tests.gbnf import accepts
 

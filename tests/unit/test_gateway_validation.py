@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from reame.gateway.errors import APIError
-from reame.gateway.validation import (
+from reame.gateway.api.validation import (
     MAX_PROMPTS,
     ChatRequest,
     CompletionRequest,
     parse_chat,
     parse_completion,
 )
+from reame.gateway.http.errors import APIError
 from reame.shared import config
 from reame.shared.protocol import ChatMessage, SamplingParams
 
@@ -242,7 +242,7 @@ def test_zero_completion_max_tokens_in_config_means_unbounded() -> None:
 
 
 def test_cache_switch_defaults_on_and_can_be_turned_off() -> None:
-    from reame.gateway.validation import parse_chat, parse_completion
+    from reame.gateway.api.validation import parse_chat, parse_completion
 
     assert parse_chat(chat(), DEFAULTS).options.cache is True
     assert parse_chat(chat(reame={"cache": False}), DEFAULTS).options.cache is False
@@ -263,7 +263,7 @@ def test_cache_switch_defaults_on_and_can_be_turned_off() -> None:
     ],
 )
 def test_bad_warm_bodies_name_the_field(body: object, param: str | None) -> None:
-    from reame.gateway.validation import parse_warm
+    from reame.gateway.api.validation import parse_warm
 
     with pytest.raises(APIError) as caught:
         parse_warm(body)
@@ -272,7 +272,7 @@ def test_bad_warm_bodies_name_the_field(body: object, param: str | None) -> None
 
 
 def test_warm_takes_a_prompt_or_messages() -> None:
-    from reame.gateway.validation import parse_warm
+    from reame.gateway.api.validation import parse_warm
 
     assert parse_warm({"prompt": "doc"}).prompt == "doc"
     warm = parse_warm({"messages": [{"role": "system", "content": "doc"}]})

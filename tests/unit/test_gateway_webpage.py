@@ -8,8 +8,8 @@ import falcon.testing
 import pytest
 
 from reame.gateway.app import create_app
-from reame.gateway.client import Dispatcher
-from reame.gateway.webpage import ASSETS, CONTENT_SECURITY_POLICY, PAGE, PAGE_PATHS, STATIC_PREFIX
+from reame.gateway.http.webpage import ASSETS, CONTENT_SECURITY_POLICY, PAGE, PAGE_PATHS, STATIC_PREFIX
+from reame.gateway.upstream.client import Dispatcher
 from reame.shared import config
 from tests.unit.fakes import LIVENESS_S, FakeDispatcher
 

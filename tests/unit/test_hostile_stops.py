@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from reame.gateway.errors import APIError
-from reame.gateway.sampling_fields import MAX_STOP, MAX_STOP_CHARS
-from reame.gateway.validation import parse_chat, parse_completion
+from reame.gateway.api.sampling_fields import MAX_STOP, MAX_STOP_CHARS
+from reame.gateway.api.validation import parse_chat, parse_completion
+from reame.gateway.http.errors import APIError
 from reame.shared import config
 from reame.worker.stops import TextStream
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from reame.gateway.errors import APIError
-from reame.gateway.logprobs import chat_logprobs, choice_logprobs
+from reame.gateway.api.logprobs import chat_logprobs, choice_logprobs
+from reame.gateway.http.errors import APIError
 from reame.shared.protocol import TokenLogprob
 from reame.worker.logprobs import Recorder, entry, log_softmax
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from reame.gateway.errors import APIError
-from reame.gateway.int_range import gbnf, int_range
-from reame.gateway.regex_gbnf import PatternError, pattern_rule
-from reame.gateway.schema_gbnf import SchemaError, schema_grammar
-from reame.gateway.structured import response_grammar
+from reame.gateway.grammar.int_range import gbnf, int_range
+from reame.gateway.grammar.regex_gbnf import PatternError, pattern_rule
+from reame.gateway.grammar.schema_gbnf import SchemaError, schema_grammar
+from reame.gateway.grammar.structured import response_grammar
+from reame.gateway.http.errors import APIError
 from tests.gbnf import accepts
 from tests.schemas import ENFORCED, REFUSED
 

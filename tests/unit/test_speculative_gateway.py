@@ -7,8 +7,8 @@ from typing import Any
 import falcon.testing
 import pytest
 
-from reame.gateway.errors import APIError
-from reame.gateway.validation import parse_chat, parse_completion
+from reame.gateway.api.validation import parse_chat, parse_completion
+from reame.gateway.http.errors import APIError
 from reame.shared.config import load
 from tests.unit.fakes import FakeDispatcher, chat_body
 
