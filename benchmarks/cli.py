@@ -46,13 +46,15 @@ DEEP: Final[dict[str, str]] = {
     "speculative-engine": "speculative decoding on the engine in this process: off, lookup, model, model forced",
     "exam": "the fact exam in query and auto (--modes), back to back (--settle: with a reader's pauses)",
     "batch-costs": "a verification batch in one-token decodes, the weights mapped or read, repacked or not",
+    "fleet": "a document read on host A, asked about on host B sharing only the Redis tier (needs redis-server)",
 }
 MODULES: Final = {"qa": "qa", "load": "load", "compress": "compression", "speculative": "speculative",
                   "overhead": "overhead", "extract": "extract", "first": "first",
                   "rag": "rag", "rag-exam": "rag_exam", "conversation": "conversation",
                   "answers": "answers", "restart": "restart",
                   "back-to-back": "back_to_back", "lone": "lone", "metrics": "metrics",
-                  "speculative-engine": "speculative_engine", "batch-costs": "batch_costs", "exam": "exam_modes"}
+                  "speculative-engine": "speculative_engine", "batch-costs": "batch_costs", "exam": "exam_modes",
+                  "fleet": "fleet"}
 
 
 def default_exam() -> Path:

@@ -164,6 +164,19 @@ class Server:
         )
         return status, headers, json.loads(body)
 
+    def cache_stats(self) -> dict[str, Any]:
+        """`reame cache stats --json` against this server's cache directory (its cachekeeper's counters)."""
+        env = {**os.environ, "REAME_SERVER_PORT": str(self.port), "REAME_SERVER_RUN_DIR": str(self.run_dir),
+               "REAME_CACHE_DIR": str(self.cache_dir)}
+        result = subprocess.run(
+            [sys.executable, "-P", "-m", "reame.supervisor", "cache", "stats", "--json"],
+            capture_output=True, text=True, timeout=120, env=env,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"reame cache stats failed: {result.stderr}")
+        stats: dict[str, Any] = json.loads(result.stdout)
+        return stats
+
     def ready(self) -> dict[str, Any] | None:
         try:
             status, _, body = self.request("GET", "/ready")

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 # The harness lives in the package, so that an installed `reame bench` has it; tests import it from here.
@@ -29,15 +25,7 @@ __all__ = [
 
 def cache_stats(server: Server) -> dict[str, Any]:
     """`reame cache stats --json` against the server's cache directory."""
-    env = {**os.environ, "REAME_SERVER_PORT": str(server.port), "REAME_SERVER_RUN_DIR": str(server.run_dir),
-           "REAME_CACHE_DIR": str(server.cache_dir)}
-    result = subprocess.run(
-        [sys.executable, "-P", "-m", "reame.supervisor", "cache", "stats", "--json"],
-        capture_output=True, text=True, timeout=120, env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    stats: dict[str, Any] = json.loads(result.stdout)
-    return stats
+    return server.cache_stats()
 
 
 def busy_workers(server: Server) -> set[int] | None:
