@@ -176,8 +176,17 @@ class Link:
             self._inbox.close(linger=0)
 
     def _connect(self) -> None:
-        """Open a fresh DEALER (a new identity for the dispatcher) and announce ourselves."""
-        self._close_dealer(0)
+        """Open a fresh DEALER (a new identity for the dispatcher) and announce ourselves.
+
+        The old socket, if any, says Disconnect first. Its connection may be alive after
+        all: a link that comes back late in a silence window attaches that socket, and the
+        dispatcher's first heartbeat can come after the window closes. The dispatcher then
+        drops that identity at once instead of giving it requests until it misses its
+        heartbeats (one such request waited the whole liveness after a link flap).
+        """
+        if self._dealer is not None:
+            self._send(Disconnect())
+        self._close_dealer(FAREWELL_LINGER_MS)
         dealer = upstream.dealer(self._context, self._address, self._keys)
         self._dealer = dealer
         self._poller.register(dealer, zmq.POLLIN)
