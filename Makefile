@@ -28,6 +28,9 @@ install-test: $(BIN)/python
 	@# tests/integration/test_shared_tier.py starts its own Debian redis-server (the shared cache tier; as root with apt-get).
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		command -v redis-server >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server); fi
+	@# tests/integration/test_two_hosts.py builds two hosts with ip netns (Debian's iproute2; as root with apt-get).
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		command -v ip >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y iproute2); fi
 
 serve: install
 	$(BIN)/reame serve $(if $(CONFIG),--config $(CONFIG))

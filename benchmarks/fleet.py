@@ -7,8 +7,8 @@ on 127.0.0.1 TCP (a fleet's would be on the private network). A reads the docume
 pushes its state; then B, started after A has stopped (so A's memory cannot help), reads
 the document under another nonce, cold with ``"cache": false`` (the baseline, on B's own
 cores: the same tokens but for the nonce, which B's worker then holds in memory and which
-shares no prefix with A's), and then a new question about A's document: B's cachekeeper misses locally, fetches the entry
-from Redis into its store, and the worker restores it. B's tier counters give the bytes
+shares no prefix with A's), and then a new question about A's document: B's cachekeeper
+misses locally, fetches the entry from Redis into its store, and the worker restores it. B's tier counters give the bytes
 and the seconds of the transfer. reame alone: no peer shares a KV cache between hosts.
 """
 
@@ -82,7 +82,8 @@ def report(setup: Setup, read_a: Timing, cold_b: Timing, from_tier: Timing, push
     verdict = "met" if share <= GOAL else "NOT met"
     rows: list[list[Cell]] = [
         ["A: first read (stores, pushes to Redis)", read_a.ttft_s, read_a.cached_tokens, read_a.prompt_tokens],
-        ['B: the document cold, another nonce ("cache": false)', cold_b.ttft_s, cold_b.cached_tokens, cold_b.prompt_tokens],
+        ['B: the document cold, another nonce ("cache": false)', cold_b.ttft_s, cold_b.cached_tokens,
+         cold_b.prompt_tokens],
         ["B: a new question, the document from the tier", from_tier.ttft_s, from_tier.cached_tokens,
          from_tier.prompt_tokens],
     ]
