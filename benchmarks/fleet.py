@@ -8,8 +8,9 @@ pushes its state; then B, started after A has stopped (so A's memory cannot help
 the document under another nonce, cold with ``"cache": false`` (the baseline, on B's own
 cores: the same tokens but for the nonce, which B's worker then holds in memory and which
 shares no prefix with A's), and then a new question about A's document: B's cachekeeper
-misses locally, fetches the entry from Redis into its store, and the worker restores it. B's tier counters give the bytes
-and the seconds of the transfer. reame alone: no peer shares a KV cache between hosts.
+misses locally, fetches the entry from Redis into its store, and the worker restores it.
+B's tier counters give the bytes and the seconds of the transfer. reame alone: no peer
+shares a KV cache between hosts.
 """
 
 from __future__ import annotations
