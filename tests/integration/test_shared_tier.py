@@ -23,11 +23,13 @@ import pytest
 import redis
 
 from reame.cachekeeper import tier_rules as rules
-from reame.cachekeeper.tier_remote import RedisRemote, Settings
+from reame.cachekeeper.main import shared_settings
+from reame.cachekeeper.tier_remote import RedisRemote, RemoteError, Settings
 from reame.shared import protocol as p
+from reame.shared.config import Config, load
 from reame.shared.lifecycle import die_with_parent
 from reame.shared.prefix import entry_key
-from tests.harness import Server, cache_stats, start_server, wait_for_entries
+from tests.harness import Server, cache_stats, free_port, start_server, wait_for_entries
 from tests.integration.test_cache import FACTS, QUESTIONS, ask
 from tests.unit.test_shared_tier_keeper import DOC, FP, RAW, Host
 from tests.waiting import wait_for
@@ -72,19 +74,20 @@ class RedisServer:
         os.kill(self.proc.pid, signal.SIGCONT)
 
 
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
+@contextlib.contextmanager
+def running_redis(*extra: str) -> Iterator[RedisServer]:
+    """Run a redis-server of this test's own on a unix socket, no persistence, 64 MB under LRU."""
     top = Path(tempfile.mkdtemp(prefix="reame-r"))  # unix socket paths must stay short
     socket = top / "redis.sock"
     argv = ["redis-server", "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700",
             "--save", "", "--appendonly", "no", "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru",
-            "--dir", str(top)]
+            "--dir", str(top), *extra]
     with open(top / "redis.log", "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=die_with_parent)
     server = RedisServer(proc, socket)
     try:
-        wait_for(lambda: proc.poll() is not None or server.answers(), what="redis-server to answer")
+        wait_for(lambda: proc.poll() is not None or socket.exists(), what="redis-server to listen")
         assert proc.poll() is None, (top / "redis.log").read_text()
         yield server
     finally:
@@ -93,6 +96,13 @@ def redis_server() -> Iterator[RedisServer]:
             proc.terminate()
         proc.wait(timeout=60)
         shutil.rmtree(top)
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    with running_redis() as server:
+        wait_for(server.answers, what="redis-server to answer")
+        yield server
 
 
 def shared_stats(server: Server) -> dict[str, Any]:
@@ -177,6 +187,63 @@ def test_a_corrupt_value_in_redis_is_refused_deleted_and_never_served(top: Path,
         client.close()
         for host in hosts:
             host.close()
+
+
+def test_an_acl_user_authenticates_with_the_password_file_and_a_wrong_password_is_refused(
+    tmp_path: Path
+) -> None:
+    password = tmp_path / "redis-password"
+    password.write_text("s3cret-fleet\n")
+    with running_redis("--user", "fleet", "on", ">s3cret-fleet", "~*", "&*", "+@all",
+                       "--user", "default", "off") as server:
+        env = {"REAME_CACHE_SHARED_URL": server.url, "REAME_CACHE_SHARED_USER": "fleet",
+               "REAME_CACHE_SHARED_PASSWORD_FILE": str(password)}
+        wait_for(lambda: _pings(load(None, environ=env)), what="redis-server to let the fleet user in")
+        password.write_text("wrong\n")
+        assert not _pings(load(None, environ=env))
+        assert "wrong" not in repr(shared_settings(load(None, environ=env)))
+
+
+def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """Return a test CA's certificate and a server certificate (for 127.0.0.1) and key it signed."""
+    ca_key, ca, key, request, cert = (directory / name for name in ("ca.key", "ca.crt", "s.key", "s.csr", "s.crt"))
+    (directory / "san").write_text("subjectAltName=IP:127.0.0.1\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for argv in (
+        ["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=reame test CA"],
+        ["req", *ec, "-keyout", key, "-out", request, "-subj", "/CN=127.0.0.1"],
+        ["x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert, "-days", "2",
+         "-extfile", directory / "san"],
+    ):
+        subprocess.run(["openssl", *map(str, argv)], check=True, capture_output=True, timeout=120)
+    return ca, cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed (it makes the test's CA)")
+def test_rediss_checks_the_server_certificate_against_the_ca_file(tmp_path: Path) -> None:
+    ca, cert, key = make_certificates(tmp_path)
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other_ca, _, _ = make_certificates(other_dir)
+    port = free_port()
+    tls = ["--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+           "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no"]
+    with running_redis(*tls):
+        env = {"REAME_CACHE_SHARED_URL": f"rediss://127.0.0.1:{port}", "REAME_CACHE_SHARED_CA_FILE": str(ca)}
+        wait_for(lambda: _pings(load(None, environ=env)), what="redis-server to answer over TLS")
+        env["REAME_CACHE_SHARED_CA_FILE"] = str(other_ca)  # a server this CA did not vouch for
+        assert not _pings(load(None, environ=env))
+
+
+def _pings(config: Config) -> bool:
+    remote = RedisRemote(shared_settings(config))
+    try:
+        remote.ping()
+    except RemoteError:
+        return False
+    finally:
+        remote.close()
+    return True
 
 
 def test_a_frozen_redis_costs_one_lookup_one_timeout_and_the_store_goes_on_answering(

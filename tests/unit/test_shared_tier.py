@@ -13,6 +13,7 @@ from reame.shared import config, kv_entry
 from reame.shared import protocol as p
 from reame.shared.kv_entry import CorruptEntry
 from reame.shared.prefix import block_hashes, entry_key
+from reame.supervisor import status
 from tests.unit.entries import write_file
 
 FP = b"model-fingerprint"
@@ -137,6 +138,13 @@ def test_cache_stats_show_the_tier_in_json_and_as_lines() -> None:
     without = admin.Outcome(p.CacheReport("r", 1, 2, 3, 4, 5, 6, 7, 8, 9), "cachekeeper")
     assert admin.as_json(without, p.CacheCommand.STATS, conf)["shared"] is None
     assert "shared tier" not in admin.render(without, p.CacheCommand.STATS, conf)
+
+
+def test_reame_status_shows_the_tier_under_the_cache_line() -> None:
+    report = p.CacheReport("r", 1, 2, 3, 4, 5, 6, 7, 8, 9, shared=p.SharedTierReport(True, hits=3, pushes=5))
+    screen = status.render(status.Snapshot(None, report, True, None))
+    assert "  shared tier: up, hits: 3, misses: 0" in screen and "pushes: 5" in screen
+    assert "shared tier" not in status.render(status.Snapshot(None, p.CacheReport("r", *range(9)), True, None))
 
 
 def test_redis_options_have_no_retries_of_their_own_and_tls_only_for_rediss() -> None:
