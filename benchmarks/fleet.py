@@ -39,6 +39,8 @@ def run(setup: Setup) -> Section:
     document = nonce() + body  # new to every store and to Redis
     progress = Progress(3, "fleet")
     with running_redis(port=free_port(), maxmemory="1gb") as redis:
+        if not redis.answers():
+            raise RuntimeError("redis-server listens but does not answer PING")
         tier = setup.overrides(workers_threads=str(setup.threads), cache_shared_url=redis.url,
                                cache_shared_prefix="bench:", cache_shared_timeout="5", cache_timeout="60")
         try:

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -29,18 +30,25 @@ START_TIMEOUT_S: Final = 60.0
 @dataclass
 class RedisServer:
     proc: subprocess.Popen[bytes]
-    socket: Path | None  # None: on ``port`` of 127.0.0.1
+    unix_path: Path | None  # None: on ``port`` of 127.0.0.1
     port: int = 0
     reply_timeout_s: float = 5.0
 
     @property
     def url(self) -> str:
-        return f"unix://{self.socket}" if self.socket is not None else f"redis://127.0.0.1:{self.port}/0"
+        return f"unix://{self.unix_path}" if self.unix_path is not None else f"redis://127.0.0.1:{self.port}/0"
 
     def client(self) -> redis.Redis:
-        if self.socket is not None:
-            return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=self.reply_timeout_s)
+        if self.unix_path is not None:
+            return redis.Redis(unix_socket_path=str(self.unix_path), socket_timeout=self.reply_timeout_s)
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=self.reply_timeout_s)
+
+    def listening(self) -> bool:
+        if self.unix_path is not None:
+            return self.unix_path.exists()
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
+            return True
+        return False
 
     def answers(self) -> bool:
         with contextlib.suppress(redis.RedisError, OSError), self.client() as client:
@@ -67,20 +75,21 @@ def running_redis(*extra: str, port: int = 0, maxmemory: str = "64mb",
         raise FileNotFoundError("redis-server is not installed (Debian: apt-get install redis-server; "
                                 "make install-test installs it as root)")
     top = Path(tempfile.mkdtemp(prefix="reame-r"))  # unix socket paths must stay short
-    socket = None if port else top / "redis.sock"
+    unix_path = None if port else top / "redis.sock"
     where = ["--port", str(port), "--bind", "127.0.0.1"] if port else [
-        "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700"]
+        "--port", "0", "--unixsocket", str(unix_path), "--unixsocketperm", "700"]
     argv = ["redis-server", *where, "--save", "", "--appendonly", "no", "--maxmemory", maxmemory,
             "--maxmemory-policy", "allkeys-lru", "--dir", str(top), *extra]
     with open(top / "redis.log", "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=die_with_parent)
-    server = RedisServer(proc, socket, port, reply_timeout_s)
+    server = RedisServer(proc, unix_path, port, reply_timeout_s)
     try:
+        # Listening, not answering: a test may switch the default user off (ACL) or speak TLS only.
         deadline = time.monotonic() + START_TIMEOUT_S
-        while proc.poll() is None and not server.answers():
+        while proc.poll() is None and not server.listening():
             if time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not answer in {START_TIMEOUT_S:.0f} s")
+                raise RuntimeError(f"redis-server did not listen in {START_TIMEOUT_S:.0f} s")
             time.sleep(0.1)
         if proc.poll() is not None:
             raise RuntimeError(f"redis-server exited: {(top / 'redis.log').read_text()[-2000:]}")

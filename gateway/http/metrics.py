@@ -240,3 +240,20 @@ class PeerCollector(Collector):
         yield self._gauge("reame_answer_cache_bytes", "Bytes of the stored answers.", report.answer_bytes)
         yield self._counter("reame_answer_cache_hits", "Requests answered from the answer cache.", report.answer_hits)
         yield self._counter("reame_answer_cache_misses", "Answer lookups that found none.", report.answer_misses)
+        tier = report.shared
+        if tier is None:  # cache.shared_url is empty
+            return
+        yield self._gauge("reame_cache_shared_up", "1 if the shared cache tier answered its last request.",
+                          float(tier.up))
+        for name, help_text, value in (
+            ("hits", "Lookups answered deeper with an entry fetched from the shared tier.", tier.hits),
+            ("misses", "Lookups the shared tier held nothing deeper (or intact) for.", tier.misses),
+            ("pushes", "Entries stored here and pushed to the shared tier.", tier.pushes),
+            ("push_drops", "Entries not pushed: the queue was full or the tier down.", tier.push_drops),
+            ("fetched_bytes", "Entry bytes fetched from the shared tier.", tier.bytes_fetched),
+            ("pushed_bytes", "Entry bytes pushed to the shared tier.", tier.bytes_pushed),
+            ("fetch_seconds", "Time spent reading the tier's index and fetching entries.", tier.fetch_seconds),
+            ("errors", "Requests to the shared tier that failed (one shared_timeout each).", tier.errors),
+            ("corrupt_entries", "Entries from the shared tier refused by their checks.", tier.corrupt),
+        ):
+            yield self._counter(f"reame_cache_shared_{name}", help_text, value)

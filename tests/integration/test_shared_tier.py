@@ -8,26 +8,21 @@ request one timeout while lookups go on being answered from the local store.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
+from reame.benchmarks.redis_server import RedisServer, running_redis
 from reame.cachekeeper import tier_rules as rules
 from reame.cachekeeper.main import shared_settings
 from reame.cachekeeper.tier_remote import RedisRemote, RemoteError, Settings
 from reame.shared import protocol as p
 from reame.shared.config import Config, load
-from reame.shared.lifecycle import die_with_parent
 from reame.shared.prefix import entry_key
 from tests.harness import Server, cache_stats, free_port, start_server, wait_for_entries
 from tests.integration.test_cache import FACTS, QUESTIONS, ask
@@ -50,57 +45,9 @@ OTHER_DOCUMENT = "Opening hours.\n" + "\n".join(
 )
 
 
-@dataclass
-class RedisServer:
-    proc: subprocess.Popen[bytes]
-    socket: Path
-
-    @property
-    def url(self) -> str:
-        return f"unix://{self.socket}"
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=TIMEOUT_S)
-
-    def answers(self) -> bool:
-        with contextlib.suppress(redis.RedisError, OSError), self.client() as client:
-            return bool(client.ping())
-        return False
-
-    def freeze(self) -> None:
-        os.kill(self.proc.pid, signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        os.kill(self.proc.pid, signal.SIGCONT)
-
-
-@contextlib.contextmanager
-def running_redis(*extra: str) -> Iterator[RedisServer]:
-    """Run a redis-server of this test's own on a unix socket, no persistence, 64 MB under LRU."""
-    top = Path(tempfile.mkdtemp(prefix="reame-r"))  # unix socket paths must stay short
-    socket = top / "redis.sock"
-    argv = ["redis-server", "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700",
-            "--save", "", "--appendonly", "no", "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru",
-            "--dir", str(top), *extra]
-    with open(top / "redis.log", "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=die_with_parent)
-    server = RedisServer(proc, socket)
-    try:
-        wait_for(lambda: proc.poll() is not None or socket.exists(), what="redis-server to listen")
-        assert proc.poll() is None, (top / "redis.log").read_text()
-        yield server
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            server.thaw()
-            proc.terminate()
-        proc.wait(timeout=60)
-        shutil.rmtree(top)
-
-
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
-    with running_redis() as server:
+    with running_redis(reply_timeout_s=TIMEOUT_S) as server:
         wait_for(server.answers, what="redis-server to answer")
         yield server
 
@@ -133,6 +80,8 @@ def test_a_second_server_sharing_only_redis_restores_the_document_and_serves_wit
         stats = shared_stats(second)
         assert stats["up"] and stats["hits"] == 1 and stats["corrupt"] == 0 and stats["bytes_fetched"] > 0
         assert cache_stats(second)["entries"] == 1  # fetched into its own store
+        _, _, metrics = second.request("GET", "/metrics")
+        assert b"reame_cache_shared_hits_total" in metrics and b"reame_cache_shared_up" in metrics
 
         redis_server.freeze()
         for question in QUESTIONS[1:3]:
