@@ -1,12 +1,15 @@
 """Scenario `rag`: a retriever's documents in changing orders and company, as issue #28 measured it.
 
 Three documents of the exam, two at a time in one user message after a system
-prompt ([A,B], [B,C], [C,A], [A,C], [B,A]), joined as LangChain's stuff-documents
-chain joins them (a blank line), a new question each time, greedy. Each side runs
-the same requests on its own server, one after the other (never two at once on
-the cores): reame in chunk mode (cache.chunks), the same restarted before every
-request after the first (the chunks come from the store), reame reusing prefixes
-only, and llama.cpp's llama-server with `--cache-reuse` where one is built.
+prompt ([A,B], [B,C], [C,A], [A,C], [B,A]), a new question each time, greedy, each
+document a text part of the content (what chunk mode reads by default, cache.chunks
+= parts) or joined as LangChain's stuff-documents chain joins them (a blank line).
+Each side runs the same requests on its own server, one after the other (never two
+at once on the cores): reame with the documents as parts (one worker of every
+thread; the same restarted before every request after the first, so the chunks
+come from the store; and two workers of one thread each, lending threads), reame
+with the documents joined in chunk mode (cache.chunks = on) and with prefix reuse
+only (off), and llama.cpp's llama-server with `--cache-reuse` where one is built.
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ STORE_WAIT_S = 120.0
 PEER_N_CTX = 8192
 ORDERS = ((0, 1), (1, 2), (2, 0), (0, 2), (1, 0))
 SYSTEM = "Answer the question using only the documents the user gives. Be brief."
+PARTS = "reame, documents as parts"
+RESTARTED = "reame, parts, restarted before each request"
+TWO_WORKERS = "reame, parts, 2 workers x 1 thread"
+JOINED = "reame, documents joined, cache.chunks = on"
+PREFIX = "reame, documents joined, prefix reuse only"
+CHUNKED = (PARTS, RESTARTED, TWO_WORKERS, JOINED)
 WARM_UP = [{"role": "user", "content": "Say hello."}]
 
 
@@ -44,11 +53,11 @@ def run(setup: Setup) -> Section:
     in_parts = [messages([docs[names[i]] for i in pair], q.question, parts=True)
                 for pair, q in zip(orders, asked, strict=True)]
     sides: dict[str, Callable[[Progress], list[Timing]]] = {
-        "reame chunks": lambda progress: on_reame(setup, "chunks", requests, progress, chunks=True),
-        "reame chunks, restarted": lambda progress: on_reame(setup, "restarted", requests, progress, chunks=True,
-                                                              restart=True),
-        "reame chunks, documents as parts": lambda progress: on_reame(setup, "parts", in_parts, progress, chunks=True),
-        "reame prefix": lambda progress: on_reame(setup, "prefix", requests, progress, chunks=False),
+        PARTS: lambda progress: on_reame(setup, "parts", in_parts, progress, "parts"),
+        RESTARTED: lambda progress: on_reame(setup, "restarted", in_parts, progress, "parts", restart=True),
+        TWO_WORKERS: lambda progress: on_reame(setup, "two", in_parts, progress, "parts", workers=2),
+        JOINED: lambda progress: on_reame(setup, "joined", requests, progress, "on"),
+        PREFIX: lambda progress: on_reame(setup, "prefix", requests, progress, "off"),
     }
     if LLAMA_SERVER in setup.peers:
         sides["llama-server"] = lambda progress: on_llama_server(setup, requests, progress)
@@ -84,10 +93,12 @@ def messages(documents: list[str], question: str, parts: bool = False) -> list[d
 
 
 def on_reame(
-    setup: Setup, name: str, requests: list[list[dict[str, Any]]], progress: Progress, chunks: bool,
-    restart: bool = False,
+    setup: Setup, name: str, requests: list[list[dict[str, Any]]], progress: Progress, chunks: str,
+    restart: bool = False, workers: int = 1,
 ) -> list[Timing]:
-    overrides = setup.overrides(workers_threads=str(setup.threads), cache_chunks=str(chunks).lower())
+    """Ask ``requests`` in turn of one reame server (``workers`` sharing the threads), or a new one for each."""
+    threads = max(1, setup.threads // workers)
+    overrides = setup.overrides(workers_threads=str(threads), cache_chunks=chunks)
     timings: list[Timing] = []
     server: Server | None = None
     cache = setup.tmp / f"rag-{name}-cache"
@@ -98,7 +109,7 @@ def on_reame(
                 if server is not None:
                     wait_stored(cache, read)  # a stop drops the saves still queued
                     server.stop()
-                server = start_server(setup.tmp / f"rag-{name}-{i}", 1, **overrides, cache_dir=str(cache))
+                server = start_server(setup.tmp / f"rag-{name}-{i}", workers, **overrides, cache_dir=str(cache))
                 ask(server.client(), WARM_UP, 1)  # the gateway's tokenizer loads on the first request
             timings.append(ask(server.client(timeout=900), request, MAX_TOKENS))
             read += timings[-1].chunks.get("read", 0)
@@ -146,18 +157,18 @@ def report(
               "correct"]
     per_request = [[side, *[f"{t.ttft_s:.2f} s, {t.cached_tokens or 0}/{t.prompt_tokens or 0}" for t in ts]]
                    for side, ts in timings.items()]
-    goal = [f"chunk mode: later requests' cached tokens {later_share['reame chunks']:.0%} of their prompt "
-            f"(goal >= 85%), {later_share['reame chunks, restarted']:.0%} when restarted before each request, "
-            f"{later_share['reame chunks, documents as parts']:.0%} with each document a text part"]
     peer = later_ttft.get("llama-server")
-    if peer:
-        for side in ("reame chunks", "reame chunks, restarted", "reame chunks, documents as parts"):
+    goal = []
+    for side in CHUNKED:
+        line = f"{side}: later requests' cached tokens {later_share[side]:.0%} of their prompt (goal >= 85%)"
+        if peer:
             share = ratio(later_ttft[side], peer)
-            goal.append(f"{side}: later median TTFT {share:.3f} of llama-server's (goal <= 0.25: "
-                        f"{'met' if share <= 0.25 else 'NOT met'})")
+            verdict = "met" if share <= 0.25 else "NOT met"
+            line += f", later median TTFT {share:.3f} of llama-server's (goal <= 0.25: {verdict})"
+        goal.append(line)
     goal += missing_lines(setup, (LLAMA_SERVER,))
-    goal.append(f"reame chunks against reame prefix reuse: later median TTFT "
-                f"{ratio(later_ttft['reame chunks'], later_ttft['reame prefix']):.3f}")
+    goal.append(f"documents as parts against prefix reuse only: later median TTFT "
+                f"{ratio(later_ttft[PARTS], later_ttft[PREFIX]):.3f}")
 
     def draw(axes: Any) -> None:
         xs = list(range(1, len(label) + 1))
@@ -170,7 +181,7 @@ def report(
     plots = [name for name in [plot(setup.out, "rag_ttft.png", draw)] if name]
     runs = (f"documents A, B, C = {', '.join(names)} (exam), two per request in the orders {', '.join(label)}, "
             f"a new exam question each, {MAX_TOKENS} tokens, greedy, streamed; each side on its own server "
-            "(1 worker), one after the other")
+            "(1 worker of every thread unless said), one after the other")
     extra = f"llama-server {flags(setup.threads)}" if peer else ""
     tables = [table(header, rows), table(["side", *label], per_request)]
     return Section("Documents in changing orders and company", goal, how(setup, runs, extra), tables, plots)

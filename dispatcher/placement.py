@@ -3,7 +3,12 @@
 A worker keeps the KV state of the last prompt it read (worker.kv), so the
 dispatcher remembers, per worker, the chain of the prompt it holds or is reading
 (shared.affinity) and prefers the idle worker sharing the most text with a
-request (a short chat's previous turn counts too). When a busy worker holds at least MIN_SHARE_CHARS more of it than any
+request (a short chat's previous turn counts too). In chunk mode a worker also
+holds in its memory the chunks it read or placed lately (worker.chunk_memory), in
+any order: the text of a request's pieces among the last HELD_PIECES a worker took
+counts as shared too. That is a hint, not a record of the worker's memory (which is
+capped in bytes): a worker that dropped a piece fetches it from the store, as any
+other worker would. When a busy worker holds at least MIN_SHARE_CHARS more of it than any
 idle one, the request may wait for that worker rather than have the text read a
 second time, but only for as long as reading it again would take: AFFINITY_SLACK
 times the estimate from the prefill speed observed in the workers' own figures.
@@ -11,8 +16,9 @@ times the estimate from the prefill speed observed in the workers' own figures.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from reame.shared import affinity
@@ -31,6 +37,10 @@ MAX_AFFINITY_WAIT_S: Final = 60.0
 DEFAULT_PREFILL_CHARS_PER_S: Final = 200.0
 RATE_MIN_CHARS: Final = 2048  # a shorter prefill says more about latency than about speed
 RATE_WEIGHT: Final = 0.3  # of a new observation in the running estimate
+# Pieces of chats in chunk mode remembered per worker, the least recently taken forgotten
+# first: a few documents' worth (a document sent as a part is one piece, joined text
+# a piece per long paragraph).
+HELD_PIECES: Final = 256
 
 
 @dataclasses.dataclass
@@ -49,18 +59,30 @@ class Placement:
     def __init__(self, slack: float = AFFINITY_SLACK) -> None:
         self._slack = slack  # dispatcher.affinity_slack
         self._holds: dict[bytes, affinity.Chain] = {}
+        self._pieces: dict[bytes, collections.OrderedDict[bytes, int]] = {}  # worker -> digest -> chars
         self._rate = DEFAULT_PREFILL_CHARS_PER_S  # characters a second
         self._rate_observed = False
         self.counters = Counters()
 
-    def best(self, candidates: Iterable[bytes], chain: affinity.Chain) -> tuple[bytes | None, int]:
-        """Return the candidate holding the most of ``chain`` (the first among equals) and how much it holds."""
+    def best(
+        self, candidates: Iterable[bytes], chain: affinity.Chain, pieces: Sequence[affinity.Piece] = ()
+    ) -> tuple[bytes | None, int]:
+        """Return the candidate holding the most of ``chain`` (the first among equals) and how much it holds.
+
+        ``pieces``, a chat's in chunk mode: what a candidate holds of them counts
+        instead where it is more.
+        """
         best, most = None, -1
         for worker in candidates:
-            shared = self._useful_share(worker, chain)
+            shared = max(self._useful_share(worker, chain), self._pieces_held(worker, pieces))
             if shared > most:
                 best, most = worker, shared
         return best, max(most, 0)
+
+    def _pieces_held(self, worker: bytes, pieces: Sequence[affinity.Piece]) -> int:
+        """Return the characters of ``pieces`` that ``worker`` read or placed lately."""
+        held = self._pieces.get(worker)
+        return sum(piece.chars for piece in pieces if piece.digest in held) if held else 0
 
     def _useful_share(self, worker: bytes, chain: affinity.Chain) -> int:
         """Return what ``worker`` holds of ``chain``, if worth sending the request there.
@@ -86,9 +108,16 @@ class Placement:
         """Return how long a request may wait for a worker that spares it reading ``gain_chars``."""
         return min(MAX_AFFINITY_WAIT_S, self._slack * gain_chars / self._rate)
 
-    def assigned(self, worker: bytes, chain: affinity.Chain) -> None:
-        """Note that ``worker`` is reading ``chain`` now."""
+    def assigned(self, worker: bytes, chain: affinity.Chain, pieces: Sequence[affinity.Piece] = ()) -> None:
+        """Note that ``worker`` is reading ``chain`` now (in chunk mode: ``pieces``, into its memory)."""
         self._holds[worker] = chain
+        if pieces:
+            held = self._pieces.setdefault(worker, collections.OrderedDict())
+            for piece in pieces:
+                held[piece.digest] = piece.chars
+                held.move_to_end(piece.digest)
+            while len(held) > HELD_PIECES:
+                held.popitem(last=False)
 
     def finished(self, worker: bytes, chain: affinity.Chain, done: p.Done | None, *, count: bool = True) -> None:
         """Learn from a request's end; ``done`` None: it failed, anywhere in its prompt.
@@ -118,6 +147,7 @@ class Placement:
 
     def forget(self, worker: bytes) -> None:
         self._holds.pop(worker, None)
+        self._pieces.pop(worker, None)
 
     def _observe(self, chain: affinity.Chain, done: p.Done) -> None:
         """Learn the prefill speed from a request whose worker read much of its text.

@@ -302,7 +302,8 @@ class Scheduler(Warms):
         Sets ``request.prefer`` to the busy worker worth waiting for, if any.
         """
         placement = self.placement
-        best_idle, idle_share = placement.best(self._idle, request.chain)  # oldest first wins a tie
+        # Oldest first wins a tie; chunks held count only among idle workers: any worker can fetch them.
+        best_idle, idle_share = placement.best(self._idle, request.chain, self._pieces(request))
         busy = (w for w in self._workers if w not in self._idle)
         holder, held = placement.best(busy, request.chain)
         if holder is not None and held - idle_share >= MIN_SHARE_CHARS and can_wait and placement.may_wait:
@@ -319,7 +320,7 @@ class Scheduler(Warms):
         """Give ``request`` to the idle worker ``identity``; its thread share goes out first."""
         del self._idle[identity]
         worker = self._workers[identity]
-        self.placement.assigned(identity, request.chain)
+        self.placement.assigned(identity, request.chain, self._pieces(request))
         worker.request_id = request.request_id
         request.worker = identity
         request.dispatches += 1

@@ -47,7 +47,7 @@ class Request:
     preempted: bool = False  # a background warm told to yield to a user request
     dispatches: int = 0
     chain: affinity.Chain = ()
-    chunks: tuple[bytes, ...] | None = None  # in chunk mode: its pieces (affinity.chunk_digests), once asked
+    pieces: tuple[affinity.Piece, ...] | None = None  # its chat's in chunk mode (affinity.chunk_pieces), once asked
     prefer: bytes | None = None  # the busy worker it waits for while queued
     prefer_until: float = 0.0
     arrived: float = 0.0  # when the dispatcher received it

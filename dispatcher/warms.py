@@ -46,21 +46,21 @@ class Warms:
         """Tell whether ``request`` is a chat in chunk mode whose every piece is known stored."""
         if not request.generate.chunks:
             return False
-        digests = self._pieces(request)
+        digests = [piece.digest for piece in self._pieces(request)]
         return chunks_read(self.background.known.chunks_known(digests), digests)
 
     @staticmethod
-    def _pieces(request: Request) -> tuple[bytes, ...]:
-        """Return the digests of ``request``'s pieces (computed once: a warm is looked at on many events)."""
-        if request.chunks is None:
-            request.chunks = affinity.chunk_digests(request.generate)
-        return request.chunks
+    def _pieces(request: Request) -> tuple[affinity.Piece, ...]:
+        """Return ``request``'s pieces in chunk mode, else none (computed once: a request is looked at often)."""
+        if request.pieces is None:
+            request.pieces = affinity.chunk_pieces(request.generate) if request.generate.chunks else ()
+        return request.pieces
 
     def _learn_chunks(self, request: Request, done: p.Done | None) -> None:
         """Remember the pieces of a chat its worker read in chunk mode: it stores those it read after this Done."""
         if done is not None and request.generate.chunks and request.generate.cache \
                 and done.chunks_in_memory + done.chunks_from_store + done.chunks_read:
-            self.background.known.add_chunks(self._pieces(request))
+            self.background.known.add_chunks([piece.digest for piece in self._pieces(request)])
 
     def _warm_on(self, worker: Worker) -> bool:
         """Tell whether ``worker`` runs a background warm."""
@@ -123,7 +123,7 @@ class Warms:
             free = [w for w in self._idle if self._host_free(self._workers[w].host)]
             if not free:
                 continue
-            worker, _ = self.placement.best(free, request.chain)  # where most of it is read already
+            worker, _ = self.placement.best(free, request.chain, self._pieces(request))  # where most of it is read
             if worker is None:
                 continue
             del self.background.queue[request_id]

@@ -16,8 +16,9 @@ by another key's documents.
 
 In chunk mode (Generate.chunks) a chat's documents are reused wherever they sit, so
 each piece it is cut into (shared.chunking, as the worker cuts it) is also named
-alone, by :func:`chunk_digests`: the dispatcher remembers the pieces of the chats
-read in chunk mode, and a document is read when all its pieces are.
+alone, by :func:`chunk_pieces`: the dispatcher remembers the pieces of the chats
+read in chunk mode (a document is read when all its pieces are) and which worker
+read or placed each lately (it holds their states in its memory).
 
 The gateway names a document's prefix and pieces the same way to ask the dispatcher
 whether it is read (gateway.api.plan), and both tell "read" by :func:`is_read` and
@@ -59,6 +60,13 @@ class Link(NamedTuple):
 Chain = tuple[Link, ...]
 
 
+class Piece(NamedTuple):
+    """A piece of a chat read in chunk mode, named alone (:func:`chunk_pieces`)."""
+
+    digest: bytes
+    chars: int
+
+
 def chain(generate: p.Generate) -> Chain:
     """Return the chain of links naming ``generate``'s prompt, piece by piece."""
     links: list[Link] = []
@@ -76,6 +84,11 @@ def chain(generate: p.Generate) -> Chain:
 
 
 def chunk_digests(generate: p.Generate) -> tuple[bytes, ...]:
+    """Return the digests of :func:`chunk_pieces`."""
+    return tuple(piece.digest for piece in chunk_pieces(generate))
+
+
+def chunk_pieces(generate: p.Generate) -> tuple[Piece, ...]:
     """Name each client piece of ``generate``'s chat as chunk mode cuts it, alone, under its cache scope.
 
     A content sent in text parts is cut at its parts, any other at its paragraphs
@@ -93,8 +106,8 @@ def chunk_digests(generate: p.Generate) -> tuple[bytes, ...]:
         if len(text) >= MIN_CHUNK_CHARS
     )
     return tuple(
-        hashlib.blake2b(root + text.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES,
-                        person=_CHUNK_PERSON).digest()
+        Piece(hashlib.blake2b(root + text.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES,
+                              person=_CHUNK_PERSON).digest(), len(text))
         for text in itertools.islice(texts, MAX_LINKS)
     )
 

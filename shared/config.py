@@ -183,6 +183,7 @@ class CacheConfig:
     answers: bool = key(_bool, "true")  # the answer cache (gateway.upstream.answers, cachekeeper.answers)
     answers_max_size: int = key(_size, "256MB")
     chunks: ChunkMode = key(_chunk_mode, "parts")  # noqa: RUF009  # which requests chunk mode reads (worker.chunk_plan)
+    chunk_memory: int = key(_size, "256MB")  # per worker: chunk states held in RAM (worker.chunk_memory)
     # The shared tier (cachekeeper.tier). The URL is secret to error messages: a mistaken
     # password in it must not reach a log.
     shared_url: str = key(_shared_url, "", secret=True)

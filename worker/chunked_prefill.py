@@ -1,9 +1,10 @@
 """Bring the KV cache to a prompt read in chunks (worker.chunk_plan): memory, store, or read alone.
 
-Every chunk the cache does not hold already is looked up in the store; those not
-found are read alone (all at once, before any is placed, so the cache is put aside
-and back once) and queued for the store. Then the plan's steps run in order: text
-between chunks is read in context, each chunk is placed after its link tokens.
+Every chunk the cache does not hold already is looked up in the worker's memory,
+then in the store (worker.chunk_store); those not found are read alone (all at
+once, before any is placed, so the cache is put aside and back once), held in
+memory and queued for the store. Then the plan's steps run in order: text between
+chunks is read in context, each chunk is placed after its link tokens.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from reame.worker.chunk_plan import LINK_TOKENS, Place, Read, Span, reusable, steps
-from reame.worker.chunk_store import ChunkStore
+from reame.worker.chunk_store import ChunkStore, StoredChunk
 from reame.worker.kv import KvCache, prefill_chunks
 from reame.worker.model import DecodeError
 
@@ -24,9 +25,9 @@ log = logging.getLogger(__name__)
 class ChunkReuse:
     """What a chunked prefill did not have to read, and how it got the chunks."""
 
-    cached: int  # prompt tokens not computed: the prefix in memory and the chunks from the store
+    cached: int  # prompt tokens not computed: the prefix kept, the chunks from memory and from the store
     restored: int  # of those, from the store
-    in_memory: int = 0
+    in_memory: int = 0  # chunks in the kept prefix or held in the worker's memory
     from_store: int = 0
     read: int = 0
     link_tokens: int = 0
@@ -39,25 +40,30 @@ def prefill(
     kv: KvCache, store: ChunkStore | None, prompt: Sequence[int], spans: Sequence[Span], scope: str,
     n_batch: int, check: Callable[[], None],
 ) -> ChunkReuse:
-    """Bring ``kv`` to ``prompt`` whose chunks are ``spans``; ``store`` None: neither look up nor save."""
+    """Bring ``kv`` to ``prompt`` whose chunks are ``spans``; ``store`` None: neither look up nor keep nor save."""
     held = [Span(start, end) for start, end in kv.spans]
     keep = kv.keep(reusable(kv.tokens, held, prompt, spans), scope)
     plan = steps(spans, keep, len(prompt))
-    wanted = [spans[step.index] for step in plan if isinstance(step, Place)]
-    states: dict[Span, tuple[str, bytes | bytearray]] = {}
-    for span in dict.fromkeys(wanted):
-        if store is not None:
+    wanted = list(dict.fromkeys(spans[step.index] for step in plan if isinstance(step, Place)))
+    found: dict[Span, StoredChunk] = {}
+    if store is not None:
+        for span in wanted:
             check()
-            found = store.lookup(scope, prompt[span.start : span.end])
-            if found is not None:
-                states[span] = (found.key, found.state)
-    from_store = len(states)
-    missing = [span for span in dict.fromkeys(wanted) if span not in states]
-    chunks = [prompt[span.start : span.end] for span in missing]
-    read = len(missing)
-    fresh = kv.read_alone(chunks, LINK_TOKENS, n_batch, check)
-    for span, computed in zip(missing, fresh, strict=True):
-        states[span] = ("", computed)
+            hit = store.lookup(scope, prompt[span.start : span.end])
+            if hit is not None:
+                found[span] = hit
+    states: dict[Span, bytes | bytearray] = {span: hit.state for span, hit in found.items()}
+    fresh: list[tuple[Sequence[int], bytearray]] = []
+
+    def read_alone(missing: Sequence[Span]) -> None:
+        chunks = [prompt[span.start : span.end] for span in missing]
+        for span, chunk, state in zip(missing, chunks, kv.read_alone(chunks, LINK_TOKENS, n_batch, check), strict=True):
+            states[span] = state
+            fresh.append((chunk, state))
+            if store is not None:
+                store.remember(scope, chunk, state)
+
+    read_alone([span for span in wanted if span not in found])
     for step in plan:
         check()
         if isinstance(step, Read):
@@ -67,25 +73,25 @@ def prefill(
             continue
         span = spans[step.index]
         chunk = prompt[span.start : span.end]
-        key, state = states[span]
-        if not kv.place(state, chunk, LINK_TOKENS):
-            if not key:
-                raise DecodeError("llama.cpp refused a chunk state it had just written")
-            if store is not None:
-                store.report_corrupt(key, "llama.cpp refused to place the chunk state")
-            (state,) = kv.read_alone([chunk], LINK_TOKENS, n_batch, check)
-            states[span] = ("", state)
-            from_store -= 1
-            read += 1
-            if not kv.place(state, chunk, LINK_TOKENS):
-                raise DecodeError("llama.cpp refused a chunk state it had just written")
-    in_memory = sum(span.end <= keep for span in spans)
-    stored = sum(len(span) - LINK_TOKENS for span in wanted if states[span][0])
+        if kv.place(states[span], chunk, LINK_TOKENS):
+            continue
+        hit = found.pop(span, None)
+        if hit is None or store is None:
+            raise DecodeError("llama.cpp refused a chunk state it had just written")
+        store.refused(hit, "llama.cpp refused to place the chunk state")
+        read_alone([span])
+        if not kv.place(states[span], chunk, LINK_TOKENS):
+            raise DecodeError("llama.cpp refused a chunk state it had just written")
+    kept = sum(span.end <= keep for span in spans)
+    from_memory = sum(hit.in_memory for hit in found.values())
+    from_store = len(found) - from_memory
+    reused = sum(len(span) - LINK_TOKENS for span in found)
+    restored = sum(len(span) - LINK_TOKENS for span, hit in found.items() if not hit.in_memory)
     log.info(
         "chunked prefill of %d tokens: %d chunks in memory, %d from the store, %d read alone; %d link tokens",
-        len(prompt), in_memory, from_store, read, LINK_TOKENS * len(wanted),
+        len(prompt), kept + from_memory, from_store, len(fresh), LINK_TOKENS * len(wanted),
     )
     return ChunkReuse(
-        keep + stored, stored, in_memory, from_store, read, LINK_TOKENS * len(wanted),
-        tuple(zip(chunks, fresh, strict=True)) if store is not None else (),
+        keep + reused, restored, kept + from_memory, from_store, len(fresh), LINK_TOKENS * len(wanted),
+        tuple(fresh) if store is not None else (),
     )

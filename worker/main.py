@@ -23,6 +23,7 @@ from reame.shared.lifecycle import EXIT_BOOT_FAILURE, StopFlag, boot
 from reame.shared.model_file import ModelFileError, model_alias, model_path
 from reame.shared.protocol import Error, ErrorCode, Ready
 from reame.worker.cache_client import CacheClient
+from reame.worker.chunk_memory import ChunkMemory
 from reame.worker.chunk_plan import LINK_TOKENS
 from reame.worker.chunk_store import ChunkStore
 from reame.worker.engine import Engine
@@ -175,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if config.cache.enabled:
             cache, engine.cache = open_cache(config, context, model, fingerprint, keys)
             engine.chunk_store = ChunkStore(
-                cache, fingerprint, model.kv_type, model.n_ctx, config.cache.block_tokens, LINK_TOKENS
+                cache, fingerprint, model.kv_type, model.n_ctx, config.cache.block_tokens, LINK_TOKENS,
+                ChunkMemory(config.cache.chunk_memory),
             )
         link.start()
         log.info(

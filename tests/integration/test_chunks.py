@@ -95,13 +95,13 @@ def test_documents_in_another_order_and_company_are_placed_from_the_store(chunke
     second = ask(chunked, ("orchard", "harbour"), "Who answers complaints about ferries?")
     counts = chunks(second)
     assert counts["read"] == 0 and counts["from_store"] + counts["in_memory"] == 8
-    assert counts["link_tokens"] == 16 * counts["from_store"]
+    assert counts["link_tokens"] == 16 * 8  # in another order no chunk is in the prefix kept: each is placed
     usage = second["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] > usage["prompt_tokens"] // 2
 
     third = ask(chunked, ("foundry", "harbour"), "When are casting prices published?")
     counts = chunks(third)
-    assert counts["read"] == 4 and counts["from_store"] == 4  # the new document only
+    assert counts["read"] == 4 and counts["from_store"] + counts["in_memory"] == 4  # the new document only
 
 
 def test_a_worker_places_chunks_another_worker_read(chunked: Server) -> None:
@@ -137,9 +137,29 @@ def test_documents_sent_as_content_parts_are_a_chunk_each(chunked: Server) -> No
     assert chunks(first)["read"] == 2 and chunks(first)["link_tokens"] == 32  # a chunk a part, not a paragraph
     wait_for_entries(chunked, entries + 2)
     second = ask_parts(("foundry", "harbour"), "How soon are ferry orders confirmed?")
-    assert chunks(second)["read"] == 0 and chunks(second)["from_store"] == 2
+    assert chunks(second)["read"] == 0 and chunks(second)["from_store"] + chunks(second)["in_memory"] == 2
     usage = second["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] > 0.8 * usage["prompt_tokens"]
+
+
+def test_the_next_question_at_once_places_the_documents_it_shares_from_the_worker_s_memory(chunked: Server) -> None:
+    """A retrieval pipeline asks again before the last reply's chunks reach the store: the worker
+    that read them holds them in its memory, and the dispatcher sends the question there."""
+    docs = {name: document(name, trade) for name, trade in (("bakery", "bread"), ("tannery", "leather"),
+                                                            ("brewery", "ale"))}
+
+    def ask_parts(order: tuple[str, ...], question: str) -> dict[str, Any]:
+        parts = [{"type": "text", "text": docs[name] + "\n\n"} for name in order] + [{"type": "text", "text": question}]
+        body = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": parts}],
+                "temperature": 0, "max_tokens": 8}
+        status, _, reply = chunked.post_json("/v1/chat/completions", body)
+        assert status == 200, reply
+        return reply
+
+    assert chunks(ask_parts(("bakery", "tannery"), "How soon are bread orders confirmed?"))["read"] == 2
+    for order in [("tannery", "brewery"), ("brewery", "bakery")]:  # each shares a document with the one before
+        counts = chunks(ask_parts(order, "Who answers complaints about leather?"))
+        assert counts["read"] <= 1 and counts["from_store"] == 0 and counts["in_memory"] >= 1, counts
 
 
 def test_auto_counts_documents_whose_chunks_are_stored_as_read_in_any_order(chunked: Server) -> None:
@@ -186,9 +206,9 @@ def test_greedy_text_is_the_same_read_or_placed_and_after_a_restart(tmp_path: Pa
         cold = ask(first, order, question)
         assert chunks(cold)["read"] == 8
         wait_for_entries(first, 8)
-        ask(first, ("harbour",), "Anything?")  # memory now holds other chunks
+        ask(first, ("harbour",), "Anything?")  # the KV cache now holds another prompt
         warm = ask(first, order, question)
-        assert chunks(warm)["read"] == 0 and chunks(warm)["from_store"] == 8
+        assert chunks(warm)["read"] == 0 and chunks(warm)["in_memory"] == 8  # the worker's memory of chunks
         off = ask(first, order, question, chunks=False)
         assert "chunks" not in off["usage"]["reame"]
     finally:

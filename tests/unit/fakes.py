@@ -19,7 +19,9 @@ import zmq
 from reame.gateway.app import create_app
 from reame.gateway.upstream.client import Dispatcher
 from reame.shared import config, protocol
+from reame.shared.kv_entry import EntryHeader, encode_payload
 from reame.shared.protocol import Delta, Done, Error, ErrorCode, FinishReason, Heartbeat
+from reame.worker.cache_client import Fetched
 from reame.worker.model import DecodeError
 
 # ---- a dispatcher for the gateway's DEALERs ---------------------------------------------
@@ -200,6 +202,7 @@ class FakeModel:
         self.calls: list[tuple[object, ...]] = []
         self.fail = False
         self.held = 0  # positions in the fake KV cache
+        self.alone = False  # its first positions were dropped: it holds a chunk read alone
 
     def decode(self, tokens: Sequence[int], start: int, logits_last: bool) -> None:
         self.calls.append(("decode", tuple(tokens), start, logits_last))
@@ -216,10 +219,12 @@ class FakeModel:
     def clear(self) -> None:
         self.calls.append(("clear",))
         self.held = 0
+        self.alone = False
 
-    # A fake state is b"state:<positions>"; anything else is refused, as llama.cpp would.
+    # A fake state is b"state:<positions>", or b"chunk:<n>" for a chunk of n tokens read
+    # alone; anything else is refused, as llama.cpp would.
     def save_state(self) -> bytearray:
-        return bytearray(b"state:%d" % self.held)
+        return bytearray(b"%s:%d" % (b"chunk" if self.alone else b"state", self.held))
 
     def restore_state(self, state: bytes | bytearray) -> bool:
         self.calls.append(("restore", bytes(state)))
@@ -227,6 +232,7 @@ class FakeModel:
             self.held = 3  # a failed restore may leave part of the state behind
             return False
         self.held = int(state[6:])
+        self.alone = False
         return True
 
     def positions(self) -> int:
@@ -234,6 +240,7 @@ class FakeModel:
 
     def drop(self, start: int, end: int) -> bool:
         self.calls.append(("drop", start, end))
+        self.alone = self.alone or start == 0
         return self.can_truncate
 
     # A fake chunk state is b"chunk:<n>": a chunk of n tokens read alone (worker.kv.KvCache.place).
@@ -243,3 +250,73 @@ class FakeModel:
             return False
         self.held = delta + int(state[6:])
         return True
+
+
+# ---- the cachekeeper as worker.prefix_cache.CacheService sees it ---------------------------
+
+FINGERPRINT = b"f" * 32
+BLOCK = 4
+
+
+class FakeService:
+    """Keeps one entry per token list; records what the prefix cache asks of it."""
+
+    def __init__(self) -> None:
+        self.available = True
+        self.entries: dict[tuple[int, ...], tuple[EntryHeader, bytes]] = {}
+        self.lookups = 0
+        self.corrupt: list[str] = []
+        self.saved: list[tuple[list[int], bytes, bool]] = []  # tokens, state, waited
+        self.saved_under: list[bytes | None] = []  # the fingerprint of each save
+        self.accept = True
+        self.pending: list[Callable[[bool], None]] = []  # done callbacks of queued saves
+
+    def finish_saves(self, stored: bool) -> None:
+        """Answer the queued saves as the uploader thread would."""
+        pending, self.pending = self.pending, []
+        for done in pending:
+            done(stored)
+
+    def put(
+        self, tokens: Sequence[int], state: bytes, kv_type: str = "f16", fingerprint: bytes = FINGERPRINT
+    ) -> EntryHeader:
+        header = EntryHeader.build(fingerprint, kv_type, tokens, BLOCK, encode_payload(state), 0.0)
+        self.entries[tuple(tokens)] = (header, state)
+        return header
+
+    def lookup(
+        self, fingerprint: bytes, blocks: Sequence[bytes], wanted: Callable[[EntryHeader], bool] | None = None
+    ) -> Fetched | None:
+        self.lookups += 1
+        best = max(
+            # As the cachekeeper's index does: only entries filed under this fingerprint.
+            (e for e in self.entries.values() if e[0].fingerprint == fingerprint.hex()),
+            key=lambda e: sum(1 for a, b in zip(e[0].blocks, blocks, strict=False) if a == b),
+            default=None,
+        )
+        if best is None or not blocks or best[0].blocks[0] != blocks[0]:
+            return None
+        header, state = best
+        if wanted is not None and not wanted(header):
+            return None
+        return Fetched(header.key(), header, state, 0.0, 0.0, 0.0)
+
+    def report_corrupt(self, key: str, reason: str) -> None:
+        self.corrupt.append(key)
+
+    def save(
+        self, tokens: Sequence[int], state: bytes | bytearray, done: Callable[[bool], None] | None = None,
+        wait: float = 0.0, fingerprint: bytes | None = None,
+    ) -> bool:
+        self.saved.append((list(tokens), bytes(state), False))
+        self.saved_under.append(fingerprint)
+        if self.accept and done is not None:
+            self.pending.append(done)
+        return self.accept
+
+    def save_and_wait(
+        self, tokens: Sequence[int], state: bytes | bytearray, fingerprint: bytes | None = None
+    ) -> bool:
+        self.saved.append((list(tokens), bytes(state), True))
+        self.saved_under.append(fingerprint)
+        return self.accept

@@ -227,3 +227,33 @@ def test_a_short_chat_goes_to_the_worker_holding_its_previous_turn(sched: Schedu
     # W2 has been idle longer, but W1 holds the turn before, and nothing else: it reads only the new turn.
     sent = sched.client_message(GW, p.Generate("r2", p.SamplingParams(), T0 + 10_000, messages=second), T0 + 1)
     assert sent_to(sent) == {"r2": W1}
+
+
+def chat_parts(request_id: str, *documents: str) -> p.Generate:
+    """A chat in chunk mode whose documents are text parts of one content."""
+    content = "".join(documents) + "Question?"
+    breaks = tuple(sum(len(d) for d in documents[:i]) for i in range(1, len(documents) + 1))
+    messages = [p.ChatMessage("system", "Answer from the documents."), p.ChatMessage("user", content, breaks=breaks)]
+    return p.Generate(request_id=request_id, sampling=p.SamplingParams(), deadline=T0 + 10_000, messages=messages,
+                      chunks=True)
+
+
+def test_documents_in_another_order_go_to_the_worker_holding_their_chunks(sched: Scheduler) -> None:
+    a, b, c = DOC, OTHER_DOC, DOC.replace("lighthouse", "harbour")
+    assert sent_to(sched.client_message(GW, chat_parts("r1", a, b), T0)) == {"r1": W1}
+    sched.worker_message(W1, done("r1"), T0 + 1)
+    # W2 has been idle longer and neither holds this prompt's start, but W1 holds B's chunk.
+    assert sent_to(sched.client_message(GW, chat_parts("r2", b, c), T0 + 1)) == {"r2": W1}
+    sched.worker_message(W1, done("r2"), T0 + 2)
+    # Out of chunk mode the same texts are only a prefix that nobody holds: the longest idle worker.
+    plain = msgspec.structs.replace(chat_parts("r3", c, a), chunks=False)
+    assert sent_to(sched.client_message(GW, plain, T0 + 2)) == {"r3": W2}
+
+
+def test_chunks_held_by_a_busy_worker_are_not_waited_for(sched: Scheduler) -> None:
+    a, b = DOC, OTHER_DOC
+    sched.client_message(GW, chat_parts("r1", a, b), T0)
+    sched.worker_message(W1, done("r1"), T0 + 1)
+    sched.client_message(GW, chat_parts("r2", a), T0 + 1)  # W1 again, busy now
+    # Any worker places chunks from the store: W2 takes it at once.
+    assert sent_to(sched.client_message(GW, chat_parts("r3", b, a), T0 + 1)) == {"r3": W2}

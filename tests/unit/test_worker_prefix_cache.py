@@ -13,76 +13,10 @@ from reame.worker.cache_client import Fetched
 from reame.worker.kv import MIN_FRESH, KvCache
 from reame.worker.model import Model
 from reame.worker.prefix_cache import PrefixCache, Restored
-from tests.unit.fakes import FakeModel
+from tests.unit.fakes import BLOCK, FINGERPRINT, FakeModel, FakeService
 
-FINGERPRINT = b"f" * 32
-BLOCK = 4
 MIN_TOKENS = 8
 N_CTX = 64
-
-
-class FakeService:
-    """Keeps one entry per token list; records what the prefix cache asks of it."""
-
-    def __init__(self) -> None:
-        self.available = True
-        self.entries: dict[tuple[int, ...], tuple[EntryHeader, bytes]] = {}
-        self.lookups = 0
-        self.corrupt: list[str] = []
-        self.saved: list[tuple[list[int], bytes, bool]] = []  # tokens, state, waited
-        self.saved_under: list[bytes | None] = []  # the fingerprint of each save
-        self.accept = True
-        self.pending: list[Callable[[bool], None]] = []  # done callbacks of queued saves
-
-    def finish_saves(self, stored: bool) -> None:
-        """Answer the queued saves as the uploader thread would."""
-        pending, self.pending = self.pending, []
-        for done in pending:
-            done(stored)
-
-    def put(
-        self, tokens: Sequence[int], state: bytes, kv_type: str = "f16", fingerprint: bytes = FINGERPRINT
-    ) -> EntryHeader:
-        header = EntryHeader.build(fingerprint, kv_type, tokens, BLOCK, encode_payload(state), 0.0)
-        self.entries[tuple(tokens)] = (header, state)
-        return header
-
-    def lookup(
-        self, fingerprint: bytes, blocks: Sequence[bytes], wanted: Callable[[EntryHeader], bool] | None = None
-    ) -> Fetched | None:
-        self.lookups += 1
-        best = max(
-            # As the cachekeeper's index does: only entries filed under this fingerprint.
-            (e for e in self.entries.values() if e[0].fingerprint == fingerprint.hex()),
-            key=lambda e: sum(1 for a, b in zip(e[0].blocks, blocks, strict=False) if a == b),
-            default=None,
-        )
-        if best is None or not blocks or best[0].blocks[0] != blocks[0]:
-            return None
-        header, state = best
-        if wanted is not None and not wanted(header):
-            return None
-        return Fetched(header.key(), header, state, 0.0, 0.0, 0.0)
-
-    def report_corrupt(self, key: str, reason: str) -> None:
-        self.corrupt.append(key)
-
-    def save(
-        self, tokens: Sequence[int], state: bytes | bytearray, done: Callable[[bool], None] | None = None,
-        wait: float = 0.0, fingerprint: bytes | None = None,
-    ) -> bool:
-        self.saved.append((list(tokens), bytes(state), False))
-        self.saved_under.append(fingerprint)
-        if self.accept and done is not None:
-            self.pending.append(done)
-        return self.accept
-
-    def save_and_wait(
-        self, tokens: Sequence[int], state: bytes | bytearray, fingerprint: bytes | None = None
-    ) -> bool:
-        self.saved.append((list(tokens), bytes(state), True))
-        self.saved_under.append(fingerprint)
-        return self.accept
 
 
 @pytest.fixture
