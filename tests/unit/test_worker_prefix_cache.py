@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import cast
 
 import pytest
 
-from reame.shared.kv_entry import EntryHeader, encode_payload
 from reame.shared.prefix import scoped_fingerprint
-from reame.worker.cache_client import Fetched
 from reame.worker.kv import MIN_FRESH, KvCache
 from reame.worker.model import Model
 from reame.worker.prefix_cache import PrefixCache, Restored
