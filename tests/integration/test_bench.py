@@ -1,7 +1,9 @@
 """`reame bench --quick`: every scenario runs end to end against the peer, so the harness cannot rot.
 
 A smoke run, not a measurement: the test checks that each scenario produced its table,
-its goal lines and (with matplotlib) its plots, never the figures themselves.
+its goal lines and (with matplotlib) its plots, never the figures themselves. The run
+starts when the tests are collected and goes on beside them (tests/bench_smoke.py);
+its test comes last and reads what it wrote.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from reame.benchmarks.cli import SCENARIOS
+from tests.bench_smoke import SmokeRun
 
 pytestmark = pytest.mark.integration
-
-EXAM = Path(__file__).resolve().parents[1] / "data" / "exam"  # the repository's own: CI has no ../shared
 TITLES = {
     "qa": "## Repeated-document QA",
     "load": "## Concurrent load",
@@ -37,16 +38,12 @@ PLOTS = {"qa": "qa_ttft.png", "load": "load_latency_cdf.png", "compress": "compr
          "rag-exam": "rag_exam.png", "conversation": "conversation_ttft.png"}
 
 
-def test_every_scenario_runs_quick(tmp_path: Path) -> None:
+def test_every_scenario_runs_quick(smoke_run: SmokeRun) -> None:
     if importlib.util.find_spec("llama_cpp.server") is None:
         pytest.fail("the peer is missing: `make install-test` installs the bench extra")
-    out = tmp_path / "report"
-    result = subprocess.run(
-        [sys.executable, "-P", "-m", "reame.supervisor", "bench", "--quick", "--threads", "2",
-         "--exam", str(EXAM), "--out", str(out)],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    code, printed = smoke_run.wait()
+    assert code == 0, printed[-10000:]
+    out = smoke_run.out
     report = (out / "REPORT.md").read_text()
     assert set(TITLES) == set(SCENARIOS)
     for name, title in TITLES.items():
@@ -58,7 +55,7 @@ def test_every_scenario_runs_quick(tmp_path: Path) -> None:
         if importlib.util.find_spec("matplotlib") is not None:
             assert (out / PLOTS[name]).stat().st_size > 0, name
             assert f"({PLOTS[name]})" in section, name
-    assert "Repeated-document QA" in result.stdout  # the tables are printed too
+    assert "Repeated-document QA" in printed  # the tables are printed too
     check_extract(report.split(TITLES["extract"], 1)[1].split("\n## ", 1)[0])
 
 

@@ -123,20 +123,22 @@ def test_a_worker_places_chunks_another_worker_read(chunked: Server) -> None:
     pytest.fail(f"the reader served every request: {prefills(chunked)[seen:]}")
 
 
-def test_documents_sent_as_content_parts_are_a_chunk_each(chunked: Server) -> None:
-    def ask_parts(order: tuple[str, ...], question: str) -> dict[str, Any]:
-        parts = [{"type": "text", "text": DOCS[name] + "\n\n"} for name in order] + [{"type": "text", "text": question}]
-        body = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": parts}],
-                "temperature": 0, "max_tokens": 8}
-        status, _, reply = chunked.post_json("/v1/chat/completions", body)
-        assert status == 200, reply
-        return reply
+def ask_parts(server: Server, docs: dict[str, str], order: tuple[str, ...], question: str) -> dict[str, Any]:
+    """Ask with each document of ``order`` a text part of the user's content, then the question."""
+    parts = [{"type": "text", "text": docs[name] + "\n\n"} for name in order] + [{"type": "text", "text": question}]
+    body = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": parts}],
+            "temperature": 0, "max_tokens": 8}
+    status, _, reply = server.post_json("/v1/chat/completions", body)
+    assert status == 200, reply
+    return reply
 
+
+def test_documents_sent_as_content_parts_are_a_chunk_each(chunked: Server) -> None:
     entries = cache_stats(chunked)["entries"]
-    first = ask_parts(("harbour", "foundry"), "Who answers complaints about castings?")
+    first = ask_parts(chunked, DOCS, ("harbour", "foundry"), "Who answers complaints about castings?")
     assert chunks(first)["read"] == 2 and chunks(first)["link_tokens"] == 32  # a chunk a part, not a paragraph
     wait_for_entries(chunked, entries + 2)
-    second = ask_parts(("foundry", "harbour"), "How soon are ferry orders confirmed?")
+    second = ask_parts(chunked, DOCS, ("foundry", "harbour"), "How soon are ferry orders confirmed?")
     assert chunks(second)["read"] == 0 and chunks(second)["from_store"] + chunks(second)["in_memory"] == 2
     usage = second["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] > 0.8 * usage["prompt_tokens"]
@@ -147,18 +149,9 @@ def test_the_next_question_at_once_places_the_documents_it_shares_from_the_worke
     that read them holds them in its memory, and the dispatcher sends the question there."""
     docs = {name: document(name, trade) for name, trade in (("bakery", "bread"), ("tannery", "leather"),
                                                             ("brewery", "ale"))}
-
-    def ask_parts(order: tuple[str, ...], question: str) -> dict[str, Any]:
-        parts = [{"type": "text", "text": docs[name] + "\n\n"} for name in order] + [{"type": "text", "text": question}]
-        body = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": parts}],
-                "temperature": 0, "max_tokens": 8}
-        status, _, reply = chunked.post_json("/v1/chat/completions", body)
-        assert status == 200, reply
-        return reply
-
-    assert chunks(ask_parts(("bakery", "tannery"), "How soon are bread orders confirmed?"))["read"] == 2
+    assert chunks(ask_parts(chunked, docs, ("bakery", "tannery"), "How soon are bread orders confirmed?"))["read"] == 2
     for order in [("tannery", "brewery"), ("brewery", "bakery")]:  # each shares a document with the one before
-        counts = chunks(ask_parts(order, "Who answers complaints about leather?"))
+        counts = chunks(ask_parts(chunked, docs, order, "Who answers complaints about leather?"))
         assert counts["read"] <= 1 and counts["from_store"] == 0 and counts["in_memory"] >= 1, counts
 
 

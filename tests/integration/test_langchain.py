@@ -44,3 +44,31 @@ def test_bind_tools_with_a_forced_call_gives_tool_calls(server: Server) -> None:
     for call in message.tool_calls:
         assert call["name"] == "get_weather" and call["id"].startswith("call_")
         assert set(call["args"]) == {"city", "unit"} and call["args"]["unit"] in ("celsius", "fahrenheit")
+
+
+def retrieved(name: str, trade: str) -> str:
+    """A retrieved document of two long paragraphs."""
+    return "\n\n".join(
+        f"The {name} ledger, part {n}: every {trade} order placed before noon is confirmed within {n + 2} hours, "
+        f"and prices for {trade} are reviewed each quarter and published at least {n + 10} days before they "
+        f"apply. Complaints about {trade} go to the {name} office, which answers within {n + 5} working days."
+        for n in range(1, 3)
+    )
+
+
+def test_retrieved_documents_sent_as_parts_are_reused_in_another_order(server: Server) -> None:
+    """A RAG chain that sends each retrieved document as a text part gets chunk mode (cache.chunks = parts)."""
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    docs = {"mill": retrieved("mill", "flour"), "dairy": retrieved("dairy", "cheese")}
+
+    def ask(order: tuple[str, ...], question: str) -> object:
+        parts: list[str | dict[str, str]] = [{"type": "text", "text": docs[name] + "\n\n"} for name in order]
+        parts.append({"type": "text", "text": question})
+        messages = [SystemMessage("Answer from the documents."), HumanMessage(content=parts)]
+        return chat(server).invoke(messages)  # type: ignore[attr-defined]
+
+    ask(("mill", "dairy"), "How soon are flour orders confirmed?")
+    reply = ask(("dairy", "mill"), "Who answers complaints about cheese?")
+    usage = reply.usage_metadata  # type: ignore[attr-defined]
+    assert usage["input_token_details"]["cache_read"] > usage["input_tokens"] // 2, usage

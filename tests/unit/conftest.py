@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,21 @@ import pytest
 import zmq
 
 from tests.unit.fakes import FakeDispatcher, make_app
+
+
+@pytest.fixture(autouse=True)
+def environment_kept() -> Iterator[None]:
+    """Give back the environment each unit test found.
+
+    Code under test sets variables for the processes it would start (the gateway's main
+    sets REAME_CONFIG for its gunicorn workers): left behind, they would reach every
+    server the integration tests start after the unit tests.
+    """
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture(autouse=True)
