@@ -33,7 +33,6 @@ heartbeats:
 
 from __future__ import annotations
 
-import collections
 import logging
 from collections.abc import Sequence
 from typing import Final
@@ -43,7 +42,7 @@ import msgspec
 from reame.dispatcher import threads
 from reame.dispatcher.background import Background
 from reame.dispatcher.placement import AFFINITY_SLACK, MIN_SHARE_CHARS, Placement
-from reame.dispatcher.state import Dest, Request, Send, Worker, error
+from reame.dispatcher.state import Dest, Pool, Request, Send, Worker, error, pieces
 from reame.dispatcher.warms import Warms
 from reame.shared import affinity
 from reame.shared import protocol as p
@@ -55,7 +54,7 @@ log = logging.getLogger(__name__)
 MAX_DISPATCHES: Final = 2
 
 
-class Scheduler(Warms):
+class Scheduler:
     """Track workers, queued and running requests; turn each event into sends."""
 
     def __init__(
@@ -68,17 +67,14 @@ class Scheduler(Warms):
         lend_threads: bool = False,
         affinity_slack: float = AFFINITY_SLACK,
     ) -> None:
-        self._lend = lend_threads
         self._queue_size = queue_size
         self._interval = interval
         self._ttl = interval * liveness
-        self._workers: dict[bytes, Worker] = {}
-        self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()  # oldest first
-        self._requests: dict[str, Request] = {}
-        self._queue: collections.OrderedDict[str, None] = collections.OrderedDict()  # FIFO
         self._heartbeat_at = now + interval
-        self.placement = Placement(affinity_slack)
-        self.background = Background()
+        self._pool = Pool(lend_threads, Placement(affinity_slack), Background())
+        self.placement = self._pool.placement
+        self.background = self._pool.background
+        self._warms = Warms(self._pool, self._assign)
 
     @property
     def next_heartbeat_at(self) -> float:
@@ -89,10 +85,10 @@ class Scheduler(Warms):
         """Count workers and requests, as a StatusQuery reply; say how much of ``prefix`` and ``chunks`` is read."""
         warms = self.background.counters
         return p.Status(
-            workers=len(self._workers),
-            idle_workers=len(self._idle),
-            queued=len(self._queue),
-            running=len(self._requests) - len(self._queue) - len(self.background.queue),
+            workers=len(self._pool.workers),
+            idle_workers=len(self._pool.idle),
+            queued=len(self._pool.queue),
+            running=len(self._pool.requests) - len(self._pool.queue) - len(self.background.queue),
             full_prefills=self.placement.counters.full_prefills,
             reused_from_memory=self.placement.counters.reused_from_memory,
             reused_from_store=self.placement.counters.reused_from_store,
@@ -100,10 +96,10 @@ class Scheduler(Warms):
             worker_states=[
                 p.WorkerState(w.name, w.request_id is not None, w.served, *self.placement.held(w.identity),
                               fingerprint=w.fingerprint, draft_fingerprint=w.draft_fingerprint)
-                for w in self._workers.values()
+                for w in self._pool.workers.values()
             ],
             warms_started=warms.started, warms_finished=warms.finished, warms_preempted=warms.preempted,
-            prefix_chars=self._read_chars(prefix),
+            prefix_chars=self._warms.read_chars(prefix),
             prefix_warming=self.background.warming(prefix),
             chunks_known=self.background.known.chunks_known(chunks),
         )
@@ -114,7 +110,7 @@ class Scheduler(Warms):
         """Handle one message that arrived on the backend from ``identity``."""
         if isinstance(message, p.Ready):
             return self._on_ready(identity, message, now)
-        worker = self._workers.get(identity)
+        worker = self._pool.workers.get(identity)
         if worker is None:
             return self._on_unknown_worker(identity, message)
         worker.expiry = now + self._ttl
@@ -132,7 +128,7 @@ class Scheduler(Warms):
 
     def _on_ready(self, identity: bytes, ready: p.Ready, now: float) -> list[Send]:
         sends: list[Send] = []
-        known = self._workers.get(identity)
+        known = self._pool.workers.get(identity)
         if known is not None:
             # The same identity announcing itself again has restarted: whatever
             # it was running is gone.
@@ -140,11 +136,11 @@ class Scheduler(Warms):
         worker = Worker(identity, f"{ready.worker_id} (pid {ready.pid})", now + self._ttl,
                          threads=ready.threads, host=ready.host, lent=ready.threads,
                          fingerprint=ready.fingerprint, draft_fingerprint=ready.draft_fingerprint)
-        self._workers[identity] = worker
-        self._idle[identity] = None
+        self._pool.workers[identity] = worker
+        self._pool.idle[identity] = None
         log.info(
             "worker %s attached (model %s, n_ctx %d); %d worker(s)",
-            worker.name, ready.model, ready.n_ctx, len(self._workers),
+            worker.name, ready.model, ready.n_ctx, len(self._pool.workers),
         )
         return sends + self._dispatch_queued(now)
 
@@ -160,7 +156,7 @@ class Scheduler(Warms):
         return sends
 
     def _on_delta(self, worker: Worker, delta: p.Delta) -> list[Send]:
-        request = self._requests.get(delta.request_id)
+        request = self._pool.requests.get(delta.request_id)
         if request is None or request.worker != worker.identity:
             log.debug("delta for unknown request %r from %s: cancelling it", delta.request_id, worker.name)
             return [Send(Dest.WORKER, worker.identity, p.Cancel(request_id=delta.request_id))]
@@ -168,20 +164,20 @@ class Scheduler(Warms):
         return [Send(Dest.CLIENT, request.client, delta)]
 
     def _on_end(self, worker: Worker, message: p.Done | p.Error, now: float) -> list[Send]:
-        request = self._requests.get(message.request_id)
+        request = self._pool.requests.get(message.request_id)
         if request is None or request.worker != worker.identity:
             log.debug("dropped end of unknown request %r from %s", message.request_id, worker.name)
             return []
-        del self._requests[request.request_id]
+        del self._pool.requests[request.request_id]
         done = message if isinstance(message, p.Done) else None
         self.placement.finished(worker.identity, request.chain, done, count=not request.background)
         worker.request_id = None
         worker.served += 1
-        self._idle[worker.identity] = None
+        self._pool.idle[worker.identity] = None
         if done is not None and not request.background:
             # Only the dispatcher knows how long the request waited for a worker.
             message = msgspec.structs.replace(done, queue_ms=(request.assigned_at - request.arrived) * 1000)
-        sends = [] if self._ended(request, done) else [Send(Dest.CLIENT, request.client, message)]
+        sends = [] if self._warms.ended(request, done) else [Send(Dest.CLIENT, request.client, message)]
         return [*sends, *self._dispatch_queued(now), *self._lend_threads()]
 
     # -- events from clients -------------------------------------------------
@@ -203,10 +199,10 @@ class Scheduler(Warms):
 
     def _on_generate(self, client: bytes, generate: p.Generate, now: float) -> list[Send]:
         request_id = generate.request_id
-        if request_id in self._requests:
+        if request_id in self._pool.requests:
             return [error(client, request_id, p.ErrorCode.INVALID_REQUEST,
                            f"request id {request_id!r} is already in use")]
-        if not self._workers:
+        if not self._pool.workers:
             return [error(client, request_id, p.ErrorCode.NO_WORKERS,
                            "no worker is attached to the dispatcher")]
         if generate.deadline <= now:
@@ -214,32 +210,32 @@ class Scheduler(Warms):
                            "the request's deadline passed before it was dispatched")]
         request = Request(generate, client, chain=affinity.chain(generate), arrived=now)
         if generate.background:
-            return self._on_warm(request, now)
-        room = len(self._queue) < self._queue_size
-        if self._idle:
+            return self._warms.on_warm(request, now)
+        room = len(self._pool.queue) < self._queue_size
+        if self._pool.idle:
             worker = self._choose(request, now, can_wait=room)
             if worker is not None:
-                self._requests[request_id] = request
+                self._pool.requests[request_id] = request
                 return self._assign(request, worker, now)
         elif not room:
             return [error(client, request_id, p.ErrorCode.OVERLOADED,
-                           f"all {len(self._workers)} worker(s) are busy and "
+                           f"all {len(self._pool.workers)} worker(s) are busy and "
                            f"the queue ({self._queue_size}) is full")]
         else:
             self._choose(request, now, can_wait=True)  # only to note whom it waits for
-        self._requests[request_id] = request
-        self._queue[request_id] = None
-        return self._preempt()
+        self._pool.requests[request_id] = request
+        self._pool.queue[request_id] = None
+        return self._warms.preempt()
 
     def _on_cancel(self, client: bytes, cancel: p.Cancel) -> list[Send]:
-        request = self._requests.get(cancel.request_id)
+        request = self._pool.requests.get(cancel.request_id)
         if request is None or request.client != client:
             log.debug("cancel for unknown request %r from client %r", cancel.request_id, client)
             return []
         if request.worker is None:
-            self._queue.pop(request.request_id, None)
+            self._pool.queue.pop(request.request_id, None)
             self.background.forget(request.request_id, request.chain)
-            del self._requests[request.request_id]
+            del self._pool.requests[request.request_id]
             return [error(client, request.request_id, p.ErrorCode.CANCELLED, "cancelled while queued")]
         if request.cancelled:
             return []
@@ -252,20 +248,20 @@ class Scheduler(Warms):
     def purge_expired(self, now: float) -> list[Send]:
         """Remove silent workers, fail queued requests whose deadline passed, end waits that ran out."""
         sends: list[Send] = []
-        expired = [w for w in self._workers.values() if w.expiry <= now]
+        expired = [w for w in self._pool.workers.values() if w.expiry <= now]
         for worker in expired:
             # None of them may take a request that another one's removal puts back in the queue.
-            self._idle.pop(worker.identity, None)
+            self._pool.idle.pop(worker.identity, None)
         for worker in expired:
             sends += self._remove_worker(worker, now, f"silent for {self._ttl:g} s")
-        for request_id in [r for r in self._queue if self._requests[r].generate.deadline <= now]:
-            del self._queue[request_id]
-            request = self._requests.pop(request_id)
+        for request_id in [r for r in self._pool.queue if self._pool.requests[r].generate.deadline <= now]:
+            del self._pool.queue[request_id]
+            request = self._pool.requests.pop(request_id)
             sends.append(error(request.client, request_id, p.ErrorCode.TIMEOUT,
                                 "the request's deadline passed while it was queued"))
-        if self._idle and any(self._requests[r].prefer is not None for r in self._queue):
+        if self._pool.idle and any(self._pool.requests[r].prefer is not None for r in self._pool.queue):
             sends += self._dispatch_queued(now)
-        return sends + self._dispatch_warms(now)
+        return sends + self._warms.dispatch(now)
 
     def heartbeats(self, now: float) -> list[Send]:
         """Heartbeat every worker and every client waiting on a request, once per interval."""
@@ -274,24 +270,24 @@ class Scheduler(Warms):
             return []
         self._heartbeat_at = now + self._interval
         beat = p.Heartbeat()
-        clients = dict.fromkeys(r.client for r in self._requests.values())
-        return [Send(Dest.WORKER, w, beat) for w in self._workers] + [
+        clients = dict.fromkeys(r.client for r in self._pool.requests.values())
+        return [Send(Dest.WORKER, w, beat) for w in self._pool.workers] + [
             Send(Dest.CLIENT, c, beat) for c in clients
         ]
 
     def shutdown(self) -> list[Send]:
         """Fail every queued and running request with SHUTTING_DOWN; forget everything."""
         sends = []
-        for request in self._requests.values():
+        for request in self._pool.requests.values():
             if request.worker is not None:
                 sends.append(Send(Dest.WORKER, request.worker, p.Cancel(request_id=request.request_id)))
             sends.append(error(request.client, request.request_id, p.ErrorCode.SHUTTING_DOWN,
                                 "the dispatcher is shutting down"))
-        self._requests.clear()
-        self._queue.clear()
+        self._pool.requests.clear()
+        self._pool.queue.clear()
         self.background.queue.clear()
-        self._idle.clear()
-        self._workers.clear()
+        self._pool.idle.clear()
+        self._pool.workers.clear()
         return sends
 
     # -- helpers -------------------------------------------------------------
@@ -303,8 +299,8 @@ class Scheduler(Warms):
         """
         placement = self.placement
         # Oldest first wins a tie; chunks held count only among idle workers: any worker can fetch them.
-        best_idle, idle_share = placement.best(self._idle, request.chain, self._pieces(request))
-        busy = (w for w in self._workers if w not in self._idle)
+        best_idle, idle_share = placement.best(self._pool.idle, request.chain, pieces(request))
+        busy = (w for w in self._pool.workers if w not in self._pool.idle)
         holder, held = placement.best(busy, request.chain)
         if holder is not None and held - idle_share >= MIN_SHARE_CHARS and can_wait and placement.may_wait:
             if request.prefer != holder:
@@ -318,26 +314,26 @@ class Scheduler(Warms):
 
     def _assign(self, request: Request, identity: bytes, now: float) -> list[Send]:
         """Give ``request`` to the idle worker ``identity``; its thread share goes out first."""
-        del self._idle[identity]
-        worker = self._workers[identity]
-        self.placement.assigned(identity, request.chain, self._pieces(request))
+        del self._pool.idle[identity]
+        worker = self._pool.workers[identity]
+        self.placement.assigned(identity, request.chain, pieces(request))
         worker.request_id = request.request_id
         request.worker = identity
         request.dispatches += 1
         request.prefer = None
         request.assigned_at = now
-        stops = self._yield_host(request, worker.host)
+        stops = self._warms.yield_host(request, worker.host)
         return [*stops, *self._lend_threads(), Send(Dest.WORKER, identity, request.generate)]
 
     def _lend_threads(self) -> list[Send]:
         """Tell every busy worker whose share of its host's threads changed what it is now."""
-        if not self._lend:
+        if not self._pool.lend:
             return []
         seats = (threads.Seat(w.identity, w.host, w.threads, w.request_id is not None)
-                 for w in self._workers.values())
+                 for w in self._pool.workers.values())
         sends = []
         for identity, share in threads.allot(seats).items():
-            worker = self._workers[identity]
+            worker = self._pool.workers[identity]
             if worker.lent != share:
                 worker.lent = share
                 sends.append(Send(Dest.WORKER, identity, p.Threads(threads=share)))
@@ -346,27 +342,27 @@ class Scheduler(Warms):
     def _dispatch_queued(self, now: float) -> list[Send]:
         """Give idle workers queued requests: first those waiting for them, then in arrival order."""
         sends = []
-        for request_id in list(self._queue):
-            prefer = self._requests[request_id].prefer
-            if prefer is not None and prefer in self._idle:
-                sends += self._take(self._requests[request_id], prefer, now)
-        for request_id in list(self._queue):
-            if not self._idle:
+        for request_id in list(self._pool.queue):
+            prefer = self._pool.requests[request_id].prefer
+            if prefer is not None and prefer in self._pool.idle:
+                sends += self._take(self._pool.requests[request_id], prefer, now)
+        for request_id in list(self._pool.queue):
+            if not self._pool.idle:
                 break
-            request = self._requests[request_id]
-            if request.generate.deadline > now and request.prefer not in self._workers:
+            request = self._pool.requests[request_id]
+            if request.generate.deadline > now and request.prefer not in self._pool.workers:
                 request.prefer = None
             worker = self._choose(request, now, can_wait=request.generate.deadline > now)
             if worker is not None or request.generate.deadline <= now:
                 sends += self._take(request, worker, now)
-        return sends + self._preempt() + self._dispatch_warms(now)
+        return sends + self._warms.preempt() + self._warms.dispatch(now)
 
     def _take(self, request: Request, worker: bytes | None, now: float) -> list[Send]:
         """Take ``request`` off the queue and give it to ``worker``, or fail it if its deadline passed."""
         request_id = request.request_id
-        del self._queue[request_id]
+        del self._pool.queue[request_id]
         if request.generate.deadline <= now or worker is None:
-            del self._requests[request_id]
+            del self._pool.requests[request_id]
             return [error(request.client, request_id, p.ErrorCode.TIMEOUT,
                            "the request's deadline passed while it was queued")]
         return self._assign(request, worker, now)
@@ -375,25 +371,25 @@ class Scheduler(Warms):
         return [*self._drop_worker(worker, now, reason), *self._lend_threads()]
 
     def _drop_worker(self, worker: Worker, now: float, reason: str) -> list[Send]:
-        del self._workers[worker.identity]
+        del self._pool.workers[worker.identity]
         self.placement.forget(worker.identity)
-        self._idle.pop(worker.identity, None)
-        log.info("worker %s lost (%s); %d worker(s) left", worker.name, reason, len(self._workers))
+        self._pool.idle.pop(worker.identity, None)
+        log.info("worker %s lost (%s); %d worker(s) left", worker.name, reason, len(self._pool.workers))
         if worker.request_id is None:
             return []
-        request = self._requests[worker.request_id]
+        request = self._pool.requests[worker.request_id]
         request.worker = None
         if request.background:
-            return self._lost_warm(request)
+            return self._warms.lost(request)
         if request.cancelled:
-            del self._requests[request.request_id]
+            del self._pool.requests[request.request_id]
             return [error(request.client, request.request_id, p.ErrorCode.CANCELLED,
                            "cancelled; its worker was lost")]
         if request.started or request.dispatches >= MAX_DISPATCHES:
-            del self._requests[request.request_id]
+            del self._pool.requests[request.request_id]
             return [error(request.client, request.request_id, p.ErrorCode.WORKER_LOST,
                            f"the worker serving this request was lost ({reason})")]
         log.info("request %s goes back to the front of the queue", request.request_id)
-        self._queue[request.request_id] = None
-        self._queue.move_to_end(request.request_id, last=False)
+        self._pool.queue[request.request_id] = None
+        self._pool.queue.move_to_end(request.request_id, last=False)
         return self._dispatch_queued(now)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 from typing import NamedTuple
 
+from reame.dispatcher.background import Background
+from reame.dispatcher.placement import Placement
 from reame.shared import affinity
 from reame.shared import protocol as p
 
@@ -60,6 +63,33 @@ class Request:
     @property
     def background(self) -> bool:
         return self.generate.background
+
+
+@dataclasses.dataclass
+class Pool:
+    """The workers and requests the scheduler and its warm rules (dispatcher.warms) both act on."""
+
+    lend: bool  # idle workers lend their threads (workers.lend_threads)
+    placement: Placement
+    background: Background
+    workers: dict[bytes, Worker] = dataclasses.field(default_factory=dict)
+    # The idle workers, the longest idle first.
+    idle: collections.OrderedDict[bytes, None] = dataclasses.field(default_factory=collections.OrderedDict)
+    requests: dict[str, Request] = dataclasses.field(default_factory=dict)  # queued, running, and warms
+    # The user requests waiting for a worker, first come first.
+    queue: collections.OrderedDict[str, None] = dataclasses.field(default_factory=collections.OrderedDict)
+
+    def warm_on(self, worker: Worker) -> bool:
+        """Tell whether ``worker`` runs a background warm."""
+        request = self.requests.get(worker.request_id) if worker.request_id is not None else None
+        return request is not None and request.background
+
+
+def pieces(request: Request) -> tuple[affinity.Piece, ...]:
+    """Return ``request``'s pieces in chunk mode, else none (computed once: a request is looked at often)."""
+    if request.pieces is None:
+        request.pieces = affinity.chunk_pieces(request.generate) if request.generate.chunks else ()
+    return request.pieces
 
 
 def error(client: bytes, request_id: str, code: p.ErrorCode, message: str) -> Send:
