@@ -92,19 +92,20 @@ def chunk_pieces(generate: p.Generate) -> tuple[Piece, ...]:
     """Name each client piece of ``generate``'s chat as chunk mode cuts it, alone, under its cache scope.
 
     A content sent in text parts is cut at its parts, any other at its paragraphs
-    (shared.chunking); the model's own replies are never chunks. A raw prompt has none.
+    (shared.chunking); the model's own replies are never chunks, nor is the last piece
+    of a request that is not a warm (its question: the worker reads it in context). A
+    raw prompt has none.
     """
     if generate.messages is None:
         return ()
     root = hashlib.blake2b(
         generate.cache_scope.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES, person=_CHUNK_PERSON
     ).digest()
-    texts = (
-        text
-        for message in generate.messages if message.role != "assistant"
-        for text in (split_at(message.content, message.breaks) if message.breaks else pieces(message.content))
-        if len(text) >= MIN_CHUNK_CHARS
-    )
+    cut = [split_at(message.content, message.breaks) if message.breaks else pieces(message.content)
+           for message in generate.messages if message.role != "assistant"]
+    if cut and cut[-1] and not generate.warm:
+        cut[-1] = cut[-1][:-1]
+    texts = (text for message in cut for text in message if len(text) >= MIN_CHUNK_CHARS)
     return tuple(
         Piece(hashlib.blake2b(root + text.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES,
                               person=_CHUNK_PERSON).digest(), len(text))

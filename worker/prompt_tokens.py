@@ -59,26 +59,34 @@ class PromptTokenizer:
         return self._tokens(parts, check)
 
     def chat_chunks(
-        self, segments: Segments, replies: frozenset[str], parts: frozenset[str], check: Callable[[], None]
+        self, segments: Segments, replies: frozenset[str], parts: frozenset[str], check: Callable[[], None],
+        *, question_last: bool = True,
     ) -> tuple[list[int], tuple[Span, ...]]:
         """Return the tokens of a rendered chat read in chunks (worker.chunk_plan), and the chunks' spans.
 
         Each client text is cut into pieces (shared.chunking), but the model's own
         ``replies``, never chunks, and the text ``parts`` of a content sent in parts, a
         piece each; a piece of MIN_CHUNK_TOKENS or more is tokenized on its own, so its
-        tokens do not depend on its neighbours. No chunk: no spans, and the tokens are
-        :meth:`chat`'s.
+        tokens do not depend on its neighbours. With ``question_last`` the last client
+        piece (the question, which every request changes, and auto's excerpts before it)
+        is read in context: read alone and stored it would only cost its link and a
+        store entry no later prompt finds. A warm, which ends with its documents, has
+        none. No chunk: no spans, and the tokens are :meth:`chat`'s.
         """
         runs: list[tuple[list[int], bool]] = []
         run: list[str | int] = []
-        for text, from_client in segments:
+        last = max((i for i, (text, from_client) in enumerate(segments) if from_client and text not in replies),
+                   default=-1) if question_last else -1
+        for index, (text, from_client) in enumerate(segments):
             if not from_client:
                 run.extend(self._splitter.split(text))
                 continue
             if text in replies:
                 run.append(text)
                 continue
-            for piece in [text] if text in parts else pieces(text):
+            cut = [text] if text in parts else pieces(text)
+            question = cut.pop() if index == last else ""
+            for piece in cut:
                 tokens = self._plain(piece, check)
                 if len(tokens) < MIN_CHUNK_TOKENS:
                     run.append(piece)
@@ -87,6 +95,8 @@ class PromptTokenizer:
                     runs.append((self._tokens(run, check), False))
                     run = []
                 runs.append((tokens, True))
+            if question:
+                run.append(question)
         runs.append((self._tokens(run, check), False))
         spans = chunk_spans([(len(tokens), candidate) for tokens, candidate in runs])
         if not spans:

@@ -94,7 +94,7 @@ class PromptReader:
                 # A content sent in several text parts names its documents' boundaries itself.
                 parts = frozenset(part for m in request.messages if m.breaks and m.role != "assistant"
                                   for part in split_at(m.content, m.breaks))
-                tokens, spans = self.tokens.chat_chunks(segments, replies, parts, check)
+                tokens, spans = self.tokens.chat_chunks(segments, replies, parts, check, question_last=not request.warm)
             else:
                 tokens = self.tokens.chat(segments, check)
             if self._template.eos_token:

@@ -159,7 +159,9 @@ def plan(draft: Draft, status: protocol.Status | None, compressor: Compressor,
     generate = Generate(
         ask.request_id, ask.sampling, ask.deadline, prompt=result.prompt, messages=result.messages,
         cache=ask.options.cache, warm=ask.warm, speculative=ask.options.speculative, cache_scope=ask.scope,
-        grammar=ask.grammar, logprobs=ask.logprobs, tools=ask.tools, chunks=ask.chunks,
+        grammar=ask.grammar, logprobs=ask.logprobs, tools=ask.tools,
+        # query's excerpts are chosen for this question: read alone and stored, no later prompt would find them.
+        chunks=ask.chunks and mode != CompressMode.QUERY,
     )
     key = None
     if identity is not None and eligible(generate, ask.options.answer_cache):

@@ -257,3 +257,18 @@ def test_chunks_held_by_a_busy_worker_are_not_waited_for(sched: Scheduler) -> No
     sched.client_message(GW, chat_parts("r2", a), T0 + 1)  # W1 again, busy now
     # Any worker places chunks from the store: W2 takes it at once.
     assert sent_to(sched.client_message(GW, chat_parts("r3", b, a), T0 + 1)) == {"r3": W2}
+
+
+def test_a_chat_s_question_is_not_a_piece_but_a_warm_s_last_document_is() -> None:
+    """As the worker reads them (worker.prompt_tokens.chat_chunks): the last client piece in context."""
+    question = "Which of these stairs does the keeper climb first, and how often? " * 5
+    assert len(question) >= affinity.MIN_CHUNK_CHARS
+
+    def user(content: str, breaks: tuple[int, ...], warm: bool = False) -> p.Generate:
+        return p.Generate("r", p.SamplingParams(), T0, messages=[p.ChatMessage("user", content, breaks=breaks)],
+                          chunks=True, warm=warm)
+
+    asked = user(DOC + OTHER_DOC + question, (len(DOC), len(DOC) + len(OTHER_DOC)))
+    warm = user(DOC + OTHER_DOC, (len(DOC),), warm=True)
+    assert [piece.chars for piece in affinity.chunk_pieces(asked)] == [len(DOC), len(OTHER_DOC)]
+    assert affinity.chunk_pieces(warm) == affinity.chunk_pieces(asked)

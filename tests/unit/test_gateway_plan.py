@@ -128,6 +128,20 @@ def test_in_chunk_mode_the_dispatcher_is_asked_about_the_document_s_pieces_and_t
     assert probe.chunks[-1] == []  # not in chunk mode: pieces are not asked about
 
 
+def test_query_s_excerpts_are_never_read_in_chunk_mode() -> None:
+    """They are chosen for one question: read alone and stored, no later prompt would find them."""
+    w, _ = warming(status(0))
+    ask = Ask("r1", protocol.SamplingParams(), 1234.0, "scope", messages=MESSAGES, chunks=True)
+    planned = w.plan(ask)
+    assert planned.mode == "query" and not planned.generate.chunks
+    assert planned.warm is not None and planned.warm.chunks  # the documents behind it are
+    w.probe = FakeProbe(status(0, chunks_known=len(affinity.chunk_digests(planned.warm))))
+    assert w.plan(ask).mode == "auto" and w.plan(ask).generate.chunks
+    explicit = Ask("r2", protocol.SamplingParams(), 1234.0, "scope", messages=MESSAGES, chunks=True,
+                   options=Options(compress=CompressMode.QUERY))
+    assert not w.plan(explicit).generate.chunks
+
+
 def test_a_read_document_gets_the_auto_prompt_and_no_warm() -> None:
     w, _ = warming(None)
     prefix = compress_messages(MESSAGES, w.compressor.policy(CompressMode.AUTO)).prefix_messages

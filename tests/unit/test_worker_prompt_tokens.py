@@ -101,3 +101,21 @@ def test_the_longest_special_text_wins() -> None:
     assert list(splitter.split("x<|im_end|><|imy<|im")) == ["x", 2, 3, "y", 3]
     assert list(SpecialSplitter({}).split("abc")) == ["abc"]
     assert list(splitter.split("")) == []
+
+
+def test_the_question_is_read_in_context_and_a_warm_s_last_document_is_a_chunk() -> None:
+    """Chunk mode: every document part is a chunk, but the last client piece (the question, which each
+    request changes) is read in context unless the request is a warm, which ends with its documents."""
+    doc_a, doc_b, question = "a" * 80 + "\n\n", "b" * 90 + "\n\n", "q" * 70
+    segments: Segments = [("<|im_start|>user\n", False), (doc_a, True), (doc_b, True), (question, True),
+                          ("<|im_end|>\n<|im_start|>assistant\n", False)]
+    tokenizer = PromptTokenizer(FakeVocab(), special_in_prompt=False)
+    parts = frozenset({doc_a, doc_b, question})
+    tokens, spans = tokenizer.chat_chunks(segments, frozenset(), parts, never)
+    assert tokens == tokenizer.chat(segments, never)  # chunks are tokenized alone, as a whole read would here
+    assert [tokens[s.start : s.end] for s in spans] == [text_ids(doc_a), text_ids(doc_b)]
+    warm: Segments = [("<|im_start|>user\n", False), (doc_a, True), (doc_b, True), ("<|im_end|>\n", False)]
+    tokens, spans = tokenizer.chat_chunks(warm, frozenset(), frozenset({doc_a, doc_b}), never, question_last=False)
+    assert [tokens[s.start : s.end] for s in spans] == [text_ids(doc_a), text_ids(doc_b)]
+    _, spans = tokenizer.chat_chunks(warm, frozenset(), frozenset({doc_a, doc_b}), never)
+    assert [len(s) for s in spans] == [len(doc_a)]  # as a question, the last document would be read in context
