@@ -88,6 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rounds of the scenarios that repeat a measurement (default: each scenario's own)")
     parser.add_argument("--modes", metavar="LIST", default="",
                         help="exam: compression modes, comma-separated, in this order (default: query,auto)")
+    parser.add_argument("--sides", metavar="LIST", default="",
+                        help="rag-exam: the ways each question is read, comma-separated, of chunks, parts and "
+                        "whole (default: all three)")
     parser.add_argument("--settle", action="store_true",
                         help="exam: before each question wait until the server has nothing running (a reader "
                         "between questions); by default questions follow each other back to back")
@@ -112,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from reame.shared.model_file import ModelFileError, model_path
 
     chosen = list(dict.fromkeys(args.scenarios)) or list(SCENARIOS)
-    refusal = unknown_scenarios(chosen)
+    refusal = unknown_scenarios(chosen) or unknown_sides(args.sides)
     if refusal:
         print(f"reame bench: {refusal}", file=sys.stderr)
         return 2
@@ -135,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         setup = Setup(model=model, draft_model=args.draft_model, exam=args.exam or default_exam(), out=args.out,
                       threads=args.threads, quick=args.quick, n_ctx=config.model.n_ctx, tmp=Path(tmp),
                       llama_server=binary, peers=chosen_peers, limit=args.limit, rounds=args.rounds,
-                      modes=tuple(mode for mode in args.modes.split(",") if mode), settle=args.settle,
+                      modes=tuple(mode for mode in args.modes.split(",") if mode),
+                      sides=tuple(side for side in args.sides.split(",") if side), settle=args.settle,
                       hard=args.hard)
         for name in chosen:
             print(f"\n== {name}: {describe(name)}", flush=True)
@@ -165,6 +169,14 @@ def unknown_scenarios(chosen: list[str]) -> str:
     return f"no scenario {', '.join(unknown)}; choose from {', '.join([*SCENARIOS, *DEEP])}"
 
 
+def unknown_sides(sides: str) -> str:
+    """Why ``--sides`` is refused (names rag-exam has no side for), or "" when every name is known."""
+    from reame.benchmarks.rag_exam import SIDES
+
+    unknown = [side for side in sides.split(",") if side and side not in SIDES]
+    return f"no rag-exam side {', '.join(unknown)}; choose from {', '.join(SIDES)}" if unknown else ""
+
+
 def describe(name: str) -> str:
     return SCENARIOS.get(name) or DEEP[name]
 
@@ -173,6 +185,7 @@ def command_line(chosen: list[str], args: argparse.Namespace) -> str:
     """The options that shape the figures, as a user would type them (model files by name)."""
     words = [*chosen, "--threads", str(args.threads), *(["--limit", str(args.limit)] if args.limit else []),
              *(["--rounds", str(args.rounds)] if args.rounds else []), *(["--modes", args.modes] if args.modes else []),
+             *(["--sides", args.sides] if args.sides else []),
              *(["--settle"] if args.settle else []), *(["--hard"] if args.hard else []),
              *(["--peer", args.peer] if args.peer else [])]
     for flag, path in (("--model", args.model), ("--draft-model", args.draft_model), ("--exam", args.exam)):

@@ -46,6 +46,7 @@ class Setup:
     limit: int = 0  # at most this many exam questions a document in rag-exam and exam (0: all)
     rounds: int = 0  # rounds of the scenarios that repeat their measurement (0: the scenario's own default)
     modes: tuple[str, ...] = ()  # exam: the compression modes, in this order (empty: the scenario's own)
+    sides: tuple[str, ...] = ()  # rag-exam: how each question is read (empty: every way)
     settle: bool = False  # exam: wait before each question until the server has nothing running
     hard: bool = False  # exam: also ask benchmarks/hard_questions.jsonl's questions about the exam's documents
 

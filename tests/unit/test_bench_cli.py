@@ -87,3 +87,29 @@ def test_the_report_says_which_peer_did_not_run(tmp_path: Path) -> None:
                    llama_server=Path("/opt/llama-server"), peers=(peers.LLAMA_CPP_PYTHON,))
     assert peers.missing_lines(chosen, (peers.LLAMA_SERVER,)) == [
         "llama-server not run (--peer llama-cpp-python): no ratio to it"]
+
+
+def test_rag_exam_sides_are_checked_before_loading_a_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.unknown_sides("parts,whole") == "" and cli.unknown_sides("") == ""
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert cli.run(parser.parse_args(["rag-exam", "--sides", "parts,hole"])) == 2
+    assert "no rag-exam side hole; choose from chunks, parts, whole" in capsys.readouterr().err
+
+
+def test_rag_exam_reports_each_side_it_ran_against_the_whole_read(tmp_path: Path) -> None:
+    from reame.benchmarks import rag_exam
+    from reame.benchmarks.common import Setup, Timing
+    from reame.benchmarks.exam import Question
+
+    questions = [Question(f"q{i}", "doc", "?", r"\b42\b", r"\b41\b", "", True) for i in range(3)]
+
+    def said(*texts: str) -> list[Timing]:
+        return [Timing(1.0, 2.0, 3, 1.0, 0, 100, text) for text in texts]
+
+    setup = Setup(Path("m.gguf"), None, Path("exam"), tmp_path, 1, False, 4096, tmp_path)
+    section = rag_exam.report(setup, questions, {"parts": said("42", "41", "no idea"), "whole": said("42", "42", "42")})
+    (line,) = section.goal
+    assert line.startswith("parts: 1 correct against 3 read whole, critical wrong answers 1 against 0")
+    assert "NOT met" in line and line.endswith("graded differently: q1, q2")
+    assert "| chunks |" not in section.markdown() and "| parts | 1 of 3 | 1 |" in section.markdown()
