@@ -12,6 +12,7 @@ and the new question.
 
 Goals (issue #27): turns 2-6 each read at most what the turn adds plus 64 tokens
 (prompt less cached tokens, from usage), and their median TTFT at most 0.1 of turn 1's.
+Then reame alone: a short chat and a one-paragraph document (`chat_checks`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from reame.benchmarks import chat_checks
 from reame.benchmarks.common import Progress, Setup, Timing, ask, how, nonce
 from reame.benchmarks.exam import INSTRUCTION, Question, grade, load_exam
 from reame.benchmarks.peers import PEERS, describe, missing_lines, serving
@@ -47,13 +49,17 @@ def run(setup: Setup) -> Section:
     }
     for peer in setup.peers:
         sides[peer] = functools.partial(on_peer, setup, peer, document, asked)
-    progress = Progress(len(sides) * len(asked), "conversation")
+    progress = Progress(len(sides) * len(asked) + chat_checks.STEPS, "conversation")
     try:
         timings = {side: go(progress) for side, go in sides.items()}
+        checks = chat_checks.run(setup, progress)
     finally:
         progress.close()
     added = {side: turn_sizes(setup, asked, ts) for side, ts in timings.items()}
-    return report(setup, name, asked, timings, added)
+    section = report(setup, name, asked, timings, added)
+    section.goal += checks[0]
+    section.tables += checks[1]
+    return section
 
 
 def converse(client: Any, document: str, asked: list[Question], progress: Progress, label: str) -> list[Timing]:
