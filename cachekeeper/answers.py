@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import hashlib
 import logging
 import os
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Final
 
+from reame.cachekeeper.store import LruStats
 from reame.shared import protocol as p
 
 log = logging.getLogger(__name__)
@@ -73,17 +73,6 @@ def decode_file(key: str, data: bytes) -> bytes:
     if data[len(MAGIC):head] != _digest(key, payload):
         raise CorruptAnswer("checksum mismatch")
     return payload
-
-
-@dataclasses.dataclass(frozen=True)
-class AnswerStats:
-    entries: int
-    bytes: int
-    max_bytes: int
-    hits: int
-    misses: int
-    evictions: int
-    corrupt: int
 
 
 class AnswerStore:
@@ -168,8 +157,8 @@ class AnswerStore:
             self._remove(key)
         return count
 
-    def stats(self) -> AnswerStats:
-        return AnswerStats(len(self._sizes), self._bytes, self.max_bytes, self.hits, self.misses, self.evictions,
+    def stats(self) -> LruStats:
+        return LruStats(len(self._sizes), self._bytes, self.max_bytes, self.hits, self.misses, self.evictions,
                            self.corrupt)
 
 

@@ -31,7 +31,7 @@ from reame.shared.kv_entry import CHUNK_BYTES, CorruptEntry, EntryHeader
 
 log = logging.getLogger(__name__)
 
-__all__ = ["INDEX_NAME", "Corruption", "Match", "PendingPut", "ReadHandle", "Refusal", "Store",
+__all__ = ["INDEX_NAME", "Corruption", "LruStats", "Match", "PendingPut", "ReadHandle", "Refusal", "Store",
            "StoreLocked", "StoreStats", "disk_free_bytes"]
 
 # last_used strictly increases even when the clock stands still: recency is order of use.
@@ -60,7 +60,9 @@ class Match:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class StoreStats:
+class LruStats:
+    """What an LRU store under a byte cap reports (this store's KV states, and the answer store's replies)."""
+
     entries: int
     bytes: int
     max_bytes: int
@@ -68,6 +70,10 @@ class StoreStats:
     misses: int
     evictions: int
     corrupt: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreStats(LruStats):
     puts: int
     refusals: int
 

@@ -121,20 +121,26 @@ def make_stage(stage: Stage, n_vocab: int) -> Any:
         raise ValueError(f"unknown sampler stage {name!r}")
 
 
+def chain(stages: Sequence[Stage], n_vocab: int) -> Any:
+    """A C sampler chain of ``stages``; freed here if a stage cannot be made."""
+    made: Any = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    try:
+        for stage in stages:
+            # The chain owns (and frees) every sampler added to it.
+            llama_cpp.llama_sampler_chain_add(made, make_stage(stage, n_vocab))
+    except BaseException:
+        llama_cpp.llama_sampler_free(made)
+        raise
+    return made
+
+
 class Sampler:
     """A C sampler chain for one request; close it when the request ends."""
 
     def __init__(self, params: SamplingParams, n_vocab: int, n_ctx: int) -> None:
         stages = plan(params, n_vocab, n_ctx)
         self.window = penalty_window(params, n_ctx)
-        self._chain: Any = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-        try:
-            for stage in stages:
-                # The chain owns (and frees) every sampler added to it.
-                llama_cpp.llama_sampler_chain_add(self._chain, make_stage(stage, n_vocab))
-        except BaseException:
-            self.close()
-            raise
+        self._chain: Any = chain(stages, n_vocab)
 
     def feed_prompt(self, tokens: Sequence[int]) -> None:
         """Let the penalties see the prompt's last tokens, as llama.cpp's server does."""

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from reame.shared.protocol import SamplingParams
-from reame.worker.sampler import make_stage, penalty_window, plan, seed_value
+from reame.worker.sampler import chain, penalty_window, plan, seed_value
 from reame.worker.speculative.verify import draw, softmax
 
 # llama_token_data: {int32 id; float logit; float p}
@@ -60,10 +60,8 @@ class TargetChooser:
         self.window = penalty_window(params, n_ctx)
         self._n_vocab = n_vocab
         if stages:
-            self._chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
             try:
-                for stage in stages:
-                    llama_cpp.llama_sampler_chain_add(self._chain, make_stage(stage, n_vocab))
+                self._chain = chain(stages, n_vocab)
             except BaseException:
                 self.close()
                 raise
