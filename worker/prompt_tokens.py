@@ -85,7 +85,7 @@ class PromptTokenizer:
                 run.append(text)
                 continue
             cut = [text] if text in parts else pieces(text)
-            question = cut.pop() if index == last else ""
+            question = cut.pop() if index == last and cut else ""  # an empty message has no piece
             for piece in cut:
                 tokens = self._plain(piece, check)
                 if len(tokens) < MIN_CHUNK_TOKENS:

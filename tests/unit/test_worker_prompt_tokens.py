@@ -119,3 +119,13 @@ def test_the_question_is_read_in_context_and_a_warm_s_last_document_is_a_chunk()
     assert [tokens[s.start : s.end] for s in spans] == [text_ids(doc_a), text_ids(doc_b)]
     _, spans = tokenizer.chat_chunks(warm, frozenset(), frozenset({doc_a, doc_b}), never)
     assert [len(s) for s in spans] == [len(doc_a)]  # as a question, the last document would be read in context
+
+
+def test_an_empty_last_message_in_chunk_mode_is_read_as_it_stands() -> None:
+    """A client's last message may be empty: nothing is its question, the documents before stay chunks."""
+    doc = "a" * 80 + "\n\n"
+    segments: Segments = [("<|im_start|>user\n", False), (doc, True), ("", True), ("<|im_end|>\n", False)]
+    tokenizer = PromptTokenizer(FakeVocab(), special_in_prompt=False)
+    tokens, spans = tokenizer.chat_chunks(segments, frozenset(), frozenset({doc}), never)
+    assert tokens == tokenizer.chat(segments, never)
+    assert [tokens[s.start : s.end] for s in spans] == [text_ids(doc)]
